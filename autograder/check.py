@@ -1,0 +1,100 @@
+"""The API that hidden graders are written in.
+
+A grader is a pytest test decorated with `@graded(function, points, hint)`.
+It builds its inputs from a seed, calls the student's function through the
+`student` fixture (a proxy to the sandboxed student process) and the
+reference through `ref`, and compares with `expect_close`, which names a
+known mistake when the student's answer matches one.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+
+class GradingFailure(AssertionError):
+    """A check failed; its message is shown to the student."""
+
+
+def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
+    """Declare what a test grades, what it is worth and what to tell a student who fails it."""
+    def mark(test: Callable) -> Callable:
+        test.graded = {"function": function, "points": float(points), "hint": hint}
+        return test
+    return mark
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A CPU generator for building a test's inputs."""
+    return torch.Generator().manual_seed(seed)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
+    return f"a {type(x).__name__}"
+
+
+def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return False
+        try:
+            return bool(torch.allclose(got.to(torch.float64), want.to(torch.float64),
+                                       rtol=rtol, atol=atol, equal_nan=False))
+        except RuntimeError:
+            return False
+    if isinstance(want, (tuple, list)):
+        return (isinstance(got, (tuple, list)) and len(got) == len(want)
+                and all(_close(a, b, rtol, atol) for a, b in zip(got, want)))
+    if isinstance(want, float):
+        return isinstance(got, (int, float)) and abs(got - want) <= atol + rtol * abs(want)
+    return got == want
+
+
+def expect_close(got: Any, want: Any, what: str = "your output", *, rtol: float = 1e-4,
+                 atol: float = 1e-5, dtype: bool = True,
+                 mistakes: Mapping[str, Any] | None = None) -> None:
+    """Fail unless `got` matches `want` in type, shape, dtype and value.
+
+    `mistakes` maps a known mistake's description to the output that mistake
+    produces on the same input; if `got` matches one, the failure names it.
+    """
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            raise GradingFailure(f"{what} should be {_describe(want)}, got {_describe(got)}")
+        if tuple(got.shape) != tuple(want.shape):
+            raise GradingFailure(f"{what} should have shape {tuple(want.shape)}, got {tuple(got.shape)}")
+        if dtype and got.dtype != want.dtype:
+            raise GradingFailure(f"{what} should have dtype {want.dtype}, got {got.dtype}")
+        if got.is_floating_point() and bool(torch.isnan(got).any()) and not bool(torch.isnan(want).any()):
+            raise GradingFailure(f"{what} contains NaN")
+    if _close(got, want, rtol, atol):
+        return
+    for name, value in (mistakes or {}).items():
+        if _close(got, value, rtol, atol):
+            raise GradingFailure(f"{what} looks like the result of a known mistake: {name}")
+    if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
+        err = (got.double() - want.double()).abs().max().item()
+        raise GradingFailure(f"{what} does not match the reference (largest difference {err:.3g})")
+    raise GradingFailure(f"{what} does not match the reference")
+
+
+def expect(condition: bool, message: str) -> None:
+    """Fail with `message` unless `condition` holds."""
+    if not condition:
+        raise GradingFailure(message)
+
+
+def expect_unmodified(before: Any, after: Any, function: str) -> None:
+    """Fail if the student's function changed its inputs in place."""
+    if isinstance(before, torch.Tensor):
+        expect(isinstance(after, torch.Tensor) and torch.equal(before, after),
+               f"{function} modified one of its input tensors in place")
+    elif isinstance(before, (tuple, list)):
+        for b, a in zip(before, after):
+            expect_unmodified(b, a, function)
+
+
+needs_cuda = __import__("pytest").mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on the grading machine")

@@ -1,0 +1,82 @@
+"""Grade one submission: check the file, run the chapter's graders, build results.json."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.notebook import BadSubmission, read_submission
+from autograder.paths import chapters, graders_dir
+from autograder.plugin import GradingPlugin, TestResult
+from autograder.results import cell_errors_text, label_student_output, results_json
+from autograder.sandbox import Sandbox
+
+
+def grader_file(chapter: str) -> Path:
+    return graders_dir() / f"test_{chapter}.py"
+
+
+def max_points(chapter: str) -> float:
+    """The chapter's total points, read from the graders' `@graded` declarations."""
+    path = grader_file(chapter)
+    spec = importlib.util.spec_from_file_location(f"_points_{chapter}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and hasattr(f, "graded"))
+
+
+def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
+    """Score 0 with a clear message, for a file that cannot be graded."""
+    total = max_points(chapter) if chapter in chapters() else 0.0
+    return results_json(chapter, [], f"This submission could not be graded: {message}",
+                        {"status": "error", "execution_time": round(seconds, 2)}, max_score=total)
+
+
+def run_graders(plugin: GradingPlugin) -> None:
+    """Run the chapter's grader file with pytest, quietly, in this process."""
+    args = [str(grader_file(plugin.chapter)), "-c", str(graders_dir() / "pytest.ini"),
+            "--rootdir", str(graders_dir()), "-q", "--no-header", "--tb=no", "-p", "no:randomly",
+            "--import-mode=importlib", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        pytest.main(args, plugins=[plugin])
+
+
+def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0) -> dict:
+    """Grade one notebook in a fresh student process of `sandbox`; return its results.json object."""
+    started = time.monotonic()
+    try:
+        sub = read_submission(path, chapter)
+    except BadSubmission as exc:
+        return bad_result(str(exc), chapter, time.monotonic() - started)
+    if sub.chapter is None:
+        return bad_result("the notebook does not say which chapter it is for; grade it with "
+                          "--chapter NN_name", None, time.monotonic() - started)
+    if sub.chapter not in chapters():
+        return bad_result(f"there are no graders for chapter {sub.chapter!r} "
+                          f"(chapters: {', '.join(chapters())})", sub.chapter, time.monotonic() - started)
+    plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed)
+    try:
+        run_graders(plugin)
+        report = plugin.student().report or {}
+        load_failure = plugin.student().load_failure
+        printed = "\n".join(plugin.student().printed)
+    finally:
+        plugin.close()
+    tests: list[TestResult] = plugin.results
+    score = sum(t.score for t in tests)
+    total = sum(t.max_score for t in tests)
+    lines = [f"Chapter {sub.chapter}: {score:g} / {total:g} points."]
+    if load_failure:
+        lines.append(f"Your notebook could not be run: {load_failure}.")
+    errors = cell_errors_text(report.get("cells", []))
+    if errors:
+        lines.append(errors)
+    if printed:
+        lines.append(label_student_output(printed))
+    extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
+             "isolation": sandbox.isolation}
+    return results_json(sub.chapter, tests, "\n\n".join(lines), extra)

@@ -1,0 +1,108 @@
+"""Reading a submission: a notebook (.ipynb) or a jupytext text notebook (.py).
+
+Anything malformed raises `BadSubmission` with a message for the student;
+it never crashes a batch.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 200 * 1024 * 1024
+CHAPTER_RE = re.compile(r"\d\d_[a-z0-9_]+")
+
+
+class BadSubmission(ValueError):
+    """The file cannot be graded; the message says why."""
+
+
+@dataclass
+class Submission:
+    """The parts of a notebook the grader needs: its code cells and its chapter."""
+
+    path: Path
+    cells: list[dict]
+    chapter: str | None
+
+
+def _source(cell: dict, index: int) -> str:
+    src = cell.get("source", "")
+    if isinstance(src, list) and all(isinstance(s, str) for s in src):
+        return "".join(src)
+    if isinstance(src, str):
+        return src
+    raise BadSubmission(f"cell {index}'s source is not text (it is a {type(src).__name__})")
+
+
+def _tags(cell: dict) -> list[str]:
+    meta = cell.get("metadata")
+    tags = meta.get("tags", []) if isinstance(meta, dict) else []
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
+def parse_ipynb(raw: bytes) -> dict:
+    """The notebook's JSON, checked to be an nbformat-4 notebook."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadSubmission(f"the file is not UTF-8 text (byte {exc.start} cannot be decoded); "
+                            "save it again from Jupyter") from None
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadSubmission(f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                            f"{exc.msg}); it may have been cut off or edited by hand") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise BadSubmission("the file is JSON but not a Jupyter notebook (no list of cells)")
+    if nb.get("nbformat") != 4:
+        raise BadSubmission(f"the notebook is in nbformat {nb.get('nbformat')!r}; this course uses "
+                            "nbformat 4 (open and save it in a current Jupyter)")
+    return nb
+
+
+def parse_text(raw: bytes) -> dict:
+    """A jupytext text notebook (percent format), as an nbformat dict."""
+    import jupytext
+    try:
+        return json.loads(jupytext.writes(jupytext.reads(raw.decode("utf-8"), fmt="py:percent"), fmt="ipynb"))
+    except UnicodeDecodeError:
+        raise BadSubmission("the file is not UTF-8 text") from None
+
+
+def read_submission(path: str | Path, chapter: str | None = None) -> Submission:
+    """Load and check a submission; `chapter` is used when the notebook does not name one."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadSubmission(f"{path} is not a file")
+    if path.stat().st_size > MAX_BYTES:
+        raise BadSubmission(f"the file is {path.stat().st_size >> 20} MiB, over the {MAX_BYTES >> 20} MiB limit")
+    raw = path.read_bytes()
+    if path.suffix == ".py":
+        nb = parse_text(raw)
+    elif path.suffix == ".ipynb":
+        nb = parse_ipynb(raw)
+    else:
+        raise BadSubmission(f"{path.name} is not a notebook (expected a .ipynb file)")
+    cells = []
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict):
+            raise BadSubmission(f"cell {i} is not a notebook cell")
+        if cell.get("cell_type") == "code":
+            cells.append({"cell_type": "code", "source": _source(cell, i), "tags": _tags(cell), "index": i})
+    if not cells:
+        raise BadSubmission("the notebook has no code cells")
+    meta = nb.get("metadata") if isinstance(nb.get("metadata"), dict) else {}
+    course = meta.get("course") if isinstance(meta.get("course"), dict) else {}
+    own = course.get("chapter") if isinstance(course.get("chapter"), str) else None
+    if own and chapter and own != chapter:
+        raise BadSubmission(f"this is the notebook of chapter {own}, not of {chapter}: "
+                            f"submit your {chapter} notebook")
+    found = own or chapter or _chapter_from_name(path)
+    return Submission(path, cells, found)
+
+
+def _chapter_from_name(path: Path) -> str | None:
+    match = CHAPTER_RE.search(path.stem)
+    return match.group(0) if match else None

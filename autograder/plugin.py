@@ -1,0 +1,105 @@
+"""The pytest plugin that runs a chapter's graders against one submission.
+
+It owns the student process and the reference for the session, and turns
+each test's outcome into a Gradescope test entry: points from `@graded`,
+feedback from `GradingFailure` messages and the test's hint only (never the
+test's source, its locals or reference values).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from autograder.check import GradingFailure
+from autograder.reference import load_reference
+from autograder.sandbox import Sandbox
+from autograder.student import StudentProcess
+
+@dataclass
+class TestResult:
+    """One grader's outcome."""
+
+    name: str
+    function: str
+    score: float
+    max_score: float
+    status: str  # passed | failed | skipped
+    output: str = ""
+
+
+@dataclass(eq=False)
+class GradingPlugin:
+    """State of one grading session: the submission's process, the reference, the results."""
+
+    chapter: str
+    cells: list
+    sandbox: Sandbox
+    seed: int = 0
+    budget_seconds: float = 600.0
+    results: list[TestResult] = field(default_factory=list)
+    _student: StudentProcess | None = None
+    _started: float = field(default_factory=time.monotonic)
+
+    def student(self) -> StudentProcess:
+        if self._student is None:
+            self._student = StudentProcess(self.sandbox, self.cells, self.seed)
+        return self._student
+
+    def reference(self):
+        return load_reference(self.chapter)
+
+    def close(self) -> None:
+        if self._student is not None:
+            self._student.close()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item) -> None:
+        if time.monotonic() - self._started > self.budget_seconds:
+            pytest.fail(f"grading stopped: the submission used up its {self.budget_seconds:g} s", pytrace=False)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        if rep.when == "call" or (rep.when == "setup" and not rep.passed):
+            self.results.append(to_result(item, rep, call))
+
+
+def test_name(item) -> str:
+    doc = (getattr(item.function, "__doc__", None) or "").strip()
+    return doc.splitlines()[0] if doc else item.name
+
+
+def feedback(call) -> str:
+    """What a student may see of a failure."""
+    if call.excinfo is None:
+        return ""
+    exc = call.excinfo.value
+    if isinstance(exc, GradingFailure):
+        return str(exc)
+    if isinstance(exc, AssertionError):
+        return "The check failed."
+    if call.excinfo.typename in ("Failed", "Skipped"):
+        return str(exc)
+    return f"Your answer could not be checked (the check stopped with {call.excinfo.typename})."
+
+
+def to_result(item, rep, call) -> TestResult:
+    info = getattr(item.function, "graded", {"function": "", "points": 0.0, "hint": ""})
+    points = info["points"]
+    name = test_name(item)
+    if rep.skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else "skipped"
+        return TestResult(name, info["function"], 0.0, 0.0, "skipped", f"Not run: {reason.removeprefix('Skipped: ')}")
+    if rep.passed:
+        return TestResult(name, info["function"], points, points, "passed", "")
+    if rep.when == "setup":
+        return TestResult(name, info["function"], 0.0, points, "failed",
+                          f"The grader could not run this test ({call.excinfo.typename} while setting it up); "
+                          "tell your instructor.")
+    text = feedback(call)
+    if info["hint"]:
+        text += f"\nHint: {info['hint']}"
+    return TestResult(name, info["function"], 0.0, points, "failed", text.strip())

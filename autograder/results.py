@@ -1,0 +1,90 @@
+"""Gradescope's results.json shape, written atomically, and the summary table."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from autograder.plugin import TestResult
+
+STUDENT_OUTPUT_LIMIT = 2000
+
+
+def results_json(chapter: str | None, tests: list[TestResult], output: str,
+                 extra: dict | None = None, max_score: float | None = None) -> dict:
+    """A Gradescope results object: score, max_score, output and one entry per test."""
+    score = sum(t.score for t in tests)
+    total = sum(t.max_score for t in tests) if max_score is None else max_score
+    return {
+        "score": round(score, 4),
+        "max_score": round(total, 4),
+        "output": output,
+        "stdout_visibility": "visible",
+        "tests": [{"name": t.name, "score": t.score, "max_score": t.max_score, "status":
+                   "passed" if t.status == "passed" else "failed", "output": t.output,
+                   "visibility": "visible", "tags": [t.function] if t.function else []}
+                  for t in tests],
+        "extra_data": {"chapter": chapter, "skipped": [t.name for t in tests if t.status == "skipped"],
+                       **(extra or {})},
+    }
+
+
+def cell_errors_text(cells: list[dict]) -> str:
+    """Feedback on the cells that raised while the notebook ran."""
+    if not cells:
+        return ""
+    lines = ["Some cells of your notebook raised an error when it ran top to bottom "
+             "(cells tagged skip-grading are not run by the grader):"]
+    for err in cells[:10]:
+        lines.append(f"- cell {err['cell']}: {err['error']}: {err['message'][:300]}")
+    if len(cells) > 10:
+        lines.append(f"- ... and {len(cells) - 10} more")
+    return "\n".join(lines)
+
+
+def label_student_output(text: str) -> str:
+    """The student's own printed output, truncated and marked as theirs."""
+    if not text:
+        return ""
+    if len(text) > STUDENT_OUTPUT_LIMIT:
+        text = text[:STUDENT_OUTPUT_LIMIT] + f"\n... [{len(text) - STUDENT_OUTPUT_LIMIT} more characters cut]"
+    fenced = "\n".join("| " + line for line in text.splitlines())
+    return f"Your code printed (first {STUDENT_OUTPUT_LIMIT} characters, shown as printed):\n{fenced}"
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(path: Path, header: list[str], rows: Iterable[list]) -> None:
+    """Write a CSV atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
+    with os.fdopen(fd, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:
+    """A plain-text table: submission, chapter, score, max, status."""
+    header = ("submission", "chapter", "score", "max", "status")
+    body = [(s, c or "-", f"{sc:g}", f"{mx:g}", st) for s, c, sc, mx, st in rows]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(5)]
+    fmt = "  ".join(f"{{:{'<' if i in (0, 1, 4) else '>'}{w}}}" for i, w in enumerate(widths))
+    return "\n".join(fmt.format(*r) for r in [header, *body])

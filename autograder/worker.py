@@ -1,0 +1,333 @@
+"""The student side: run a submission's cells, then answer the grader's calls.
+
+This file runs inside the sandbox (it is copied there with `wire.py`): it
+imports only the standard library, torch and `wire`. It never sees the
+graders or the reference solution; it receives inputs, calls the student's
+code and sends back plain tensors, numbers and strings.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import os
+import random
+import re
+import socket
+import sys
+import traceback
+from typing import Any, Callable
+
+import torch
+
+try:
+    import wire
+except ImportError:  # imported as part of the autograder package (the reference)
+    from autograder import wire
+
+STDOUT_LIMIT = 4000  # characters of the student's printed output kept per call
+MAGIC_RUN = {"time", "timeit", "capture", "prun"}  # cell magics whose body still runs
+
+
+# ---------------------------------------------------------------- output capture
+class BoundedText(io.TextIOBase):
+    """A text sink that keeps the first `limit` characters and counts the rest."""
+
+    def __init__(self, limit: int = STDOUT_LIMIT) -> None:
+        self.limit, self.parts, self.size = limit, [], 0
+
+    def write(self, s: str) -> int:
+        if self.size < self.limit:
+            self.parts.append(s[: self.limit - self.size])
+        self.size += len(s)
+        return len(s)
+
+    def text(self) -> str:
+        out = "".join(self.parts)
+        return out + (f"\n... [{self.size - self.limit} more characters cut]" if self.size > self.limit else "")
+
+
+@contextlib.contextmanager
+def captured():
+    """Route the student's stdout and stderr into one bounded buffer."""
+    sink = BoundedText()
+    old = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = sink
+    try:
+        yield sink
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+# ---------------------------------------------------------------- IPython syntax
+class ShellShim:
+    """Stands in for `get_ipython()`: magics are ignored, timing magics run their code, `!` does nothing."""
+
+    def __init__(self, ns: dict) -> None:
+        self.ns = ns
+
+    def run_line_magic(self, name: str, line: str) -> None:
+        if name in MAGIC_RUN and line.strip():
+            exec(compile(line, "<magic>", "exec"), self.ns)
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> None:
+        if name in MAGIC_RUN:
+            exec(compile(cell, "<magic>", "exec"), self.ns)
+
+    def system(self, cmd: str) -> None:
+        return None
+
+    def getoutput(self, cmd: str) -> list:
+        return []
+
+    def __getattr__(self, name: str) -> Callable:
+        return lambda *a, **k: None
+
+
+def to_python(source: str) -> str:
+    """Cell source with IPython syntax (%magics, !shell, ?help) turned into plain Python."""
+    if not re.search(r"^\s*[%!?]|\?\s*$", source, re.M):
+        return source
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # no IPython: drop the lines that are not Python
+        return "\n".join("pass" if re.match(r"\s*[%!]", ln) else ln for ln in source.splitlines())
+    return TransformerManager().transform_cell(source)
+
+
+# ---------------------------------------------------------------- running a notebook
+def seed_all(seed: int) -> None:
+    """The harness's seeds, set before the notebook and before every call."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed)
+    except ImportError:
+        pass
+
+
+def student_traceback(exc: BaseException) -> str:
+    """The traceback's frames from the student's cells only."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<cell")]
+    lines = traceback.format_list(frames[-6:])
+    return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))[-1500:]
+
+
+def run_cells(cells: list, skip_tags: set, ns: dict) -> list[dict]:
+    """Execute code cells in order like "Restart & Run All"; a failing cell is recorded and skipped."""
+    report = []
+    ns["get_ipython"] = lambda: ShellShim(ns)
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "code" or skip_tags & set(cell.get("tags", ())):
+            continue
+        name = f"<cell {index}>"
+        source = cell.get("source", "")
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        with captured() as out:
+            try:
+                exec(compile(to_python(source), name, "exec"), ns)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the notebook goes on
+                report.append({"cell": index, "error": type(exc).__name__,
+                               "message": str(exc)[:500], "traceback": student_traceback(exc),
+                               "output": out.text()})
+    return report
+
+
+# ---------------------------------------------------------------- calls
+def build_arg(obj: Any) -> Any:
+    """Turn the grader's callable descriptions into callables; move nothing else."""
+    if isinstance(obj, dict) and "__callable__" in obj:
+        return CALLABLES[obj["__callable__"]](obj)
+    if isinstance(obj, list):
+        return [build_arg(x) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(build_arg(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: build_arg(v) for k, v in obj.items()}
+    return obj
+
+
+def table_lm(spec: dict) -> Callable:
+    """step_fn(prefixes (N,t)) -> log-probs (N,V) read from a (V,V) table by the last token."""
+    table = spec["logp"]
+    return lambda prefixes: table[prefixes[:, -1]]
+
+
+CALLABLES = {"table_lm": table_lm}
+
+
+def to_device(obj: Any, device: str | None) -> Any:
+    """Move every tensor in `obj` to `device` (None: leave where it is)."""
+    if device is None:
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def plain(obj: Any, devices: list | None = None, depth: int = 0) -> Any:
+    """A copy of `obj` made only of CPU tensors, numbers, strings, lists, tuples and dicts."""
+    if depth > 20:
+        return {"__unsupported__": "nesting", "repr": "structure nested too deeply"}
+    if isinstance(obj, torch.Tensor):
+        if devices is not None:
+            devices.append(str(obj.device))
+        try:
+            return obj.detach().to("cpu").as_subclass(torch.Tensor).clone()
+        except Exception as exc:  # sparse, nested, meta ...
+            return {"__unsupported__": "torch.Tensor", "repr": f"{type(exc).__name__}: {exc}"[:200]}
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, (list, tuple)):
+        items = [plain(x, devices, depth + 1) for x in obj]
+        return tuple(items) if isinstance(obj, tuple) else items
+    if isinstance(obj, dict):
+        return {str(k): plain(v, devices, depth + 1) for k, v in obj.items()}
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    try:
+        text = repr(obj)[:200]
+    except Exception:
+        text = "<repr failed>"
+    return {"__unsupported__": kind, "repr": text}
+
+
+def first_output(value: Any) -> Any:
+    """The tensor a gradient flows back from: the output, or output 0 of a tuple."""
+    return value[0] if isinstance(value, (tuple, list)) else value
+
+
+def backward(value: Any, cotangent: torch.Tensor | None) -> None:
+    """Backpropagate `(output * cotangent).sum()` (or `output.sum()`)."""
+    out = first_output(value)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise TypeError("the output does not depend on the inputs through autograd "
+                        "(was it detached, or computed with numpy or .item()?)")
+    ct = torch.ones_like(out) if cotangent is None else cotangent.to(out.device, out.dtype)
+    (out * ct).sum().backward()
+
+
+def do_call(ns: dict, req: dict) -> dict:
+    """Call a student function on the grader's inputs."""
+    fn = lookup(ns, req["name"])
+    device = req.get("device")
+    args = list(to_device(build_arg(req.get("args", ())), device))
+    kwargs = to_device(build_arg(req.get("kwargs", {})), device)
+    wrt = req.get("grad_wrt", ())
+    for i in wrt:
+        args[i] = args[i].detach().requires_grad_(True)
+    value = fn(*args, **kwargs)
+    grads = []
+    if wrt:
+        backward(value, req.get("cotangent"))
+        grads = [args[i].grad for i in wrt]
+    devices: list = []
+    out = plain(value, devices)
+    return {"value": out, "devices": devices, "inputs": plain(args), "grads": plain(grads)}
+
+
+def do_module(ns: dict, req: dict) -> dict:
+    """Build a student module, load the reference weights, call a method."""
+    cls = lookup(ns, req["name"])
+    device = req.get("device")
+    seed_all(req.get("seed", 0))
+    module = cls(*req.get("init_args", ()), **req.get("init_kwargs", {}))
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{req['name']}(...) should build a torch.nn.Module, got {type(module).__name__}")
+    if req.get("state_dict") is not None:
+        module.load_state_dict(req["state_dict"], strict=True)
+    module.to(device or "cpu").train(bool(req.get("train", False)))
+    args = to_device(build_arg(req.get("args", ())), device)
+    kwargs = to_device(build_arg(req.get("kwargs", {})), device)
+    value = getattr(module, req.get("method", "forward"))(*args, **kwargs) if req.get("method") != "__call__" \
+        else module(*args, **kwargs)
+    param_grads = {}
+    if req.get("grad"):
+        backward(value, req.get("cotangent"))
+        param_grads = {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+    attrs = {a: plain(getattr(module, a, {"__unsupported__": "missing", "repr": f"no attribute {a}"}))
+             for a in req.get("attrs", ())}
+    devices: list = []
+    return {"value": plain(value, devices), "devices": devices, "attrs": attrs,
+            "param_grads": plain(param_grads),
+            "state_keys": sorted(module.state_dict().keys())}
+
+
+class Missing(Exception):
+    """The notebook did not define a name the grader asked for."""
+
+
+def lookup(ns: dict, name: str) -> Any:
+    if name not in ns:
+        raise Missing(name)
+    return ns[name]
+
+
+OPS = {"call": do_call, "module": do_module}
+
+
+def answer(ns: dict, req: dict) -> dict:
+    """Run one request; any exception of the student's becomes an error reply."""
+    seed_all(req.get("seed", 0))
+    with captured() as out:
+        try:
+            reply = OPS[req["op"]](ns, req)
+            reply["ok"] = True
+        except Missing as exc:
+            reply = {"ok": False, "kind": "missing", "type": "NameError", "message": str(exc)}
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too
+            reply = {"ok": False, "kind": "exception", "type": type(exc).__name__,
+                     "message": str(exc)[:1000], "traceback": student_traceback(exc)}
+    reply["stdout"] = out.text()
+    return reply
+
+
+def defined_names(ns: dict) -> list[str]:
+    return sorted(k for k, v in ns.items() if not k.startswith("_") and callable(v))
+
+
+def serve(sock: socket.socket) -> None:
+    """Load the notebook from the first message, then answer calls until the grader hangs up."""
+    hello = wire.recv(sock)
+    seed_all(hello.get("seed", 0))
+    ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    report = run_cells(hello["cells"], set(hello.get("skip_tags", ())), ns)
+    wire.send(sock, {"ok": True, "cells": report, "names": defined_names(ns)})
+    while True:
+        try:
+            req = wire.recv(sock)
+        except wire.WireError:
+            return
+        if req.get("op") == "bye":
+            return
+        try:
+            wire.send(sock, answer(ns, req))
+        except (wire.WireError, OSError):
+            return
+        except Exception as exc:  # the reply itself could not be encoded
+            wire.send(sock, {"ok": False, "kind": "exception", "type": type(exc).__name__,
+                             "message": f"the result could not be sent back: {exc}"[:500], "stdout": ""})
+
+
+def main(argv: list[str]) -> None:
+    """`worker.py serve FD` (one submission) or `worker.py zygote FD` (fork one child per submission)."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    mode, fd = argv[1], int(argv[2])
+    sock = socket.socket(fileno=fd)
+    if mode == "serve":
+        serve(sock)
+    elif mode == "zygote":
+        import zygote
+        zygote.run(sock, serve)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
