@@ -5,8 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder.results import summary_table, write_json
-from autograder.sandbox import Limits, Sandbox
+from autograder.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
 
 
 def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
@@ -25,7 +24,6 @@ def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from autograder.grade import grade_submission
     subs = find_notebooks(args.paths)
     if not subs:
         print("no notebooks found in " + " ".join(args.paths), file=sys.stderr)
@@ -33,7 +31,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     out = Path(args.out)
     limits = Limits(call_seconds=args.call_timeout)
     rows = []
-    with Sandbox(limits, isolation=args.isolation) as sandbox:
+    with Sandbox(limits, isolation=args.isolation) as sandbox:  # imports torch in parallel with us
+        from autograder.grade import grade_submission
+        from autograder.results import summary_table, write_json
         for name, path in subs:
             result = grade_submission(path, sandbox, args.chapter)
             write_json(out / name / "results.json", result)

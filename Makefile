@@ -1,0 +1,39 @@
+# The course's two commands: `make book` and `make test`. Both set up .venv first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup exercises book pages test test-fast check-sync bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+exercises: setup   ## regenerate exercises/ from solutions/
+	$(PY) -m course exercises
+
+pages: setup       ## execute each chapter and clear its solutions (cached)
+	$(PY) -m course pages
+
+book: pages        ## the executed book, offline, into _build/html
+	$(VENV)/bin/jupyter-book build . --keep-going
+	$(PY) -m course check-leaks _build/html exercises
+	@echo "the book is in _build/html/index.html"
+
+check-sync: setup
+	$(PY) -m course check-sync
+
+test: setup        ## every test: generation, graders' self-test, sandbox, batch
+	$(PY) -m pytest -q
+
+bench: setup       ## speed figures (printed, never asserted)
+	$(PY) benchmarks/bench_grade_one.py
+
+clean:
+	rm -rf _build book/chapters

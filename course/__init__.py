@@ -1,0 +1,1 @@
+"""Build tooling: exercises and book pages generated from `solutions/` (one source of truth)."""

@@ -1,0 +1,44 @@
+"""`python -m course exercises | check-sync | pages | check-leaks PATH...`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "exercises":
+        from course.exercises import write_exercises
+        for p in write_exercises():
+            print(f"wrote {p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p}")
+        return 0
+    if cmd == "check-sync":
+        from course.exercises import out_of_sync
+        stale = out_of_sync()
+        if stale:
+            print(f"out of sync with solutions/: {', '.join(stale)} (run `make exercises`)")
+            return 1
+        print("exercises/ is in sync with solutions/")
+        return 0
+    if cmd == "pages":
+        from course.book import build_pages
+        build_pages(force="--force" in rest)
+        return 0
+    if cmd == "check-leaks":
+        from course.leaks import find_leaks
+        files = [f for p in rest for f in (Path(p).rglob("*") if Path(p).is_dir() else [Path(p)])
+                 if f.is_file() and f.suffix in {".html", ".ipynb", ".txt", ".md", ".py", ".js"}]
+        leaks = find_leaks(files)
+        for path, line in leaks[:50]:
+            print(f"solution code in {path}: {line}")
+        print(f"checked {len(files)} files: {len(leaks)} solution lines found")
+        return 1 if leaks else 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
