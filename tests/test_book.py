@@ -1,0 +1,44 @@
+"""Does a book page show the exercise's code with the solution's outputs, and no solution code?"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import course.book as book
+import course.exercises as exercises
+from course.leaks import find_leaks
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def toy_course(tmp_path, monkeypatch):
+    sol = tmp_path / "solutions"
+    sol.mkdir()
+    shutil.copy(DATA / "99_toy.py", sol / "99_toy.py")
+    monkeypatch.setattr(exercises, "SOLUTIONS", sol)
+    monkeypatch.setattr(book, "SOLUTIONS", sol)
+    monkeypatch.setattr(book, "PAGES", tmp_path / "pages")
+    return tmp_path
+
+
+def test_page_keeps_outputs_but_not_solution_code(toy_course):
+    page = book.build_page("99_toy")
+    text = page.read_text()
+    assert "tensor([2., 4.])" in text, "the solution's output should be shown"
+    assert "raise NotImplementedError()" in text
+    assert "return x * 2" not in text
+    assert "colab.research.google.com" in text and "exercises/99_toy.ipynb" in text
+    assert not find_leaks([page])
+
+
+def test_page_is_cached_until_its_source_changes(toy_course, capsys):
+    book.build_page("99_toy")
+    book.build_page("99_toy")
+    assert "up to date" in capsys.readouterr().out
+    src = toy_course / "solutions" / "99_toy.py"
+    src.write_text(src.read_text() + "\n# %%\nprint('changed')\n")
+    book.build_page("99_toy")
+    assert "executed" in capsys.readouterr().out
