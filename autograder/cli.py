@@ -1,4 +1,4 @@
-"""Command line: `python -m autograder grade PATH... --out DIR`."""
+"""Command line: `python -m autograder grade PATH... --out DIR` and `python -m autograder export-gradescope NN_name`."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +23,53 @@ def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
     return [(n if names.count(n) == 1 else f"{n}-{i}", f) for i, (n, f) in enumerate(found)]
 
 
+def wants_batch(args: argparse.Namespace) -> bool:
+    """A folder, several files or any class-scale option: the parallel, resumable engine."""
+    return bool(args.nbgrader_course or args.jobs > 1 or args.force or args.lms_csv
+                or len(args.paths) != 1 or Path(args.paths[0]).is_dir())
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """Grade a class with `autograder.batch`; see docs/BATCH.md."""
+    from autograder import batch
+    course = None
+    if args.nbgrader_course:
+        from autograder import nbgrader_io
+        if not args.assignment:
+            print("--nbgrader-course needs --assignment NAME", file=sys.stderr)
+            return 2
+        course = nbgrader_io.open_course(args.nbgrader_course, args.assignment)
+        jobs = nbgrader_io.find_course_jobs(course, args.assignment)
+        out = Path(args.out or Path(course.root) / "autograder-results" / args.assignment)
+    else:
+        jobs, out = batch.find_jobs(args.paths), Path(args.out)
+    if not jobs:
+        print("no notebooks found", file=sys.stderr)
+        return 2
+    settings = batch.Settings(out, jobs=args.jobs, chapter=args.chapter, isolation=args.isolation,
+                              call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
+                              force=args.force, progress=not args.no_progress)
+    report = batch.run_batch(jobs, settings)
+    done = [(j, r) for j in jobs if (r := report.results.get(j.name)) and r["extra_data"].get("status") in batch.FINAL]
+    if args.lms_csv:
+        left_out = batch.write_lms_csv(Path(args.lms_csv), report, tuple(args.lms_columns.split(",", 1)))
+        if left_out:
+            print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
+                  file=sys.stderr)
+    if course is not None:
+        nbgrader_io.export_course(course, args.assignment, done)
+        print(f"gradebook: {course.db_url}; feedback in {course.feedback_directory}/<student>/{args.assignment}/")
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
+    print(f"{len(jobs)} submissions: {counts} ({report.graded} graded now, {report.skipped} already done)")
+    print(f"grades in {out / 'grades.csv'}; results in {out}/<submission>/results.json")
+    if report.aborted:
+        print(report.aborted, file=sys.stderr)
+    return 130 if report.interrupted else 1 if report.aborted or report.counts().get("crashed") else 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
+    if wants_batch(args):
+        return cmd_batch(args)
     subs = find_notebooks(args.paths)
     if not subs:
         print("no notebooks found in " + " ".join(args.paths), file=sys.stderr)
@@ -44,17 +90,47 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_gradescope(args: argparse.Namespace) -> int:
+    from autograder.gradescope import export
+    path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout)
+    print(f"wrote {path}: upload it as the Gradescope autograder (base image: Ubuntu 24.04)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade notebooks; write OUT/<submission>/results.json")
-    g.add_argument("paths", nargs="+", help="notebooks, or folders of notebooks")
-    g.add_argument("--out", required=True, help="folder for the results")
+    g.add_argument("paths", nargs="*", help="notebooks, or folders of notebooks")
+    g.add_argument("--out", help="folder for the results (default with --nbgrader-course: "
+                   "COURSE/autograder-results/ASSIGNMENT)")
     g.add_argument("--chapter", help="chapter (NN_name) for notebooks whose metadata does not say")
     g.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel")
     g.add_argument("--isolation", choices=("auto", "bwrap", "process"), default="auto",
                    help="auto: bubblewrap when available, else a plain subprocess (with a warning)")
     g.add_argument("--call-timeout", type=float, default=10.0, help="seconds one student call may take")
+    g.add_argument("--submission-timeout", type=float, default=600.0,
+                   help="seconds of grading per submission: tests not started by then fail; 120 s later "
+                   "it is stopped (score 0, status timeout)")
+    g.add_argument("--force", action="store_true", help="regrade submissions that already have results")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--nbgrader-course", metavar="DIR",
+                   help="grade DIR/submitted/<student>/ASSIGNMENT/*.ipynb; write nbgrader's gradebook and feedback")
+    g.add_argument("--assignment", help="the nbgrader assignment to grade (with --nbgrader-course)")
+    g.add_argument("--lms-csv", metavar="FILE", help="also write FILE: one row per student, id and score")
+    g.add_argument("--lms-columns", default="student_id,score",
+                   help="header of the LMS CSV's two columns (default: student_id,score)")
     g.set_defaults(func=cmd_grade)
+    e = sub.add_parser("export-gradescope", help="build a Gradescope autograder zip for one chapter")
+    e.add_argument("chapter", help="the chapter, e.g. 02_attention")
+    e.add_argument("--out", default="autograder.zip", help="the zip to write")
+    e.add_argument("--call-timeout", type=float, default=10.0, help="seconds one student call may take")
+    e.set_defaults(func=cmd_export_gradescope)
     args = parser.parse_args(argv)
+    if args.command == "grade" and not (args.paths or args.nbgrader_course):
+        parser.error("grade needs notebooks or folders, or --nbgrader-course DIR --assignment NAME")
+    if args.command == "grade" and not (args.out or args.nbgrader_course):
+        parser.error("grade needs --out DIR")
+    if args.command == "grade" and len(args.lms_columns.split(",")) != 2:
+        parser.error("--lms-columns takes two names: ID_COLUMN,SCORE_COLUMN")
     return args.func(args)

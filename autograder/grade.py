@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.notebook import BadSubmission, read_submission
+from autograder.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.paths import chapters, graders_dir
 from autograder.plugin import GradingPlugin, TestResult
 from autograder.results import cell_errors_text, label_student_output, results_json
@@ -31,7 +31,10 @@ def max_points(chapter: str) -> float:
 
 def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
     """Score 0 with a clear message, for a file that cannot be graded."""
-    total = max_points(chapter) if chapter in chapters() else 0.0
+    try:
+        total = max_points(chapter) if chapter in chapters() else 0.0
+    except Exception:  # noqa: BLE001 - a broken grader file must not crash the batch here
+        total = 0.0
     return results_json(chapter, [], f"This submission could not be graded: {message}",
                         {"status": "error", "execution_time": round(seconds, 2)}, max_score=total)
 
@@ -51,7 +54,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     try:
         sub = read_submission(path, chapter)
     except BadSubmission as exc:
-        return bad_result(str(exc), chapter, time.monotonic() - started)
+        return bad_result(str(exc), chapter or chapter_from_name(Path(path)), time.monotonic() - started)
     if sub.chapter is None:
         return bad_result("the notebook does not say which chapter it is for; grade it with "
                           "--chapter NN_name", None, time.monotonic() - started)

@@ -42,8 +42,21 @@ def _tags(cell: dict) -> list[str]:
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
+MAGIC = {b"%PDF": "a PDF document", b"PK\x03\x04": "a zip archive", b"\x89PNG": "a PNG image",
+         b"\xff\xd8\xff": "a JPEG image", b"\x1f\x8b": "a gzip archive", b"\x7fELF": "a program",
+         b"{\\rtf": "an RTF document", b"\xd0\xcf\x11\xe0": "an old Office document"}
+
+
+def sniff(raw: bytes) -> str | None:
+    """What a file that is not a notebook is, from its first bytes (e.g. 'a PDF document')."""
+    return next((kind for magic, kind in MAGIC.items() if raw.startswith(magic)), None)
+
+
 def parse_ipynb(raw: bytes) -> dict:
     """The notebook's JSON, checked to be an nbformat-4 notebook."""
+    kind = sniff(raw)
+    if kind:
+        raise BadSubmission(f"the file is {kind}, not a Jupyter notebook: upload the .ipynb file itself")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -54,6 +67,8 @@ def parse_ipynb(raw: bytes) -> dict:
     except json.JSONDecodeError as exc:
         raise BadSubmission(f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                             f"{exc.msg}); it may have been cut off or edited by hand") from None
+    except RecursionError:
+        raise BadSubmission("the file is not a Jupyter notebook (its JSON is nested too deeply)") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise BadSubmission("the file is JSON but not a Jupyter notebook (no list of cells)")
     if nb.get("nbformat") != 4:
@@ -101,15 +116,21 @@ def read_submission(path: str | Path, chapter: str | None = None) -> Submission:
     path = Path(path)
     if not path.is_file():
         raise BadSubmission(f"{path} is not a file")
-    if path.stat().st_size > MAX_BYTES:
-        raise BadSubmission(f"the file is {path.stat().st_size >> 20} MiB, over the {MAX_BYTES >> 20} MiB limit")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise BadSubmission(f"the file is {size / 2**20:.0f} MiB, over the {MAX_BYTES / 2**20:g} MiB limit: "
+                            "its outputs are probably huge; clear them (Kernel > Restart Kernel and Clear "
+                            "Outputs of All Cells), save and submit again")
     raw = path.read_bytes()
-    if path.suffix == ".py":
-        nb = parse_text(raw)
-    elif path.suffix == ".ipynb":
-        nb = parse_ipynb(raw)
-    else:
-        raise BadSubmission(f"{path.name} is not a notebook (expected a .ipynb file)")
+    if path.suffix not in (".py", ".ipynb"):
+        kind = sniff(raw) or f"a {path.suffix or 'extension-less'} file"
+        raise BadSubmission(f"{path.name} is {kind}, not a notebook: submit the .ipynb file")
+    try:
+        nb = parse_text(raw) if path.suffix == ".py" else parse_ipynb(raw)
+    except BadSubmission:
+        raise
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise BadSubmission(f"the notebook cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from None
     cells = []
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict):
@@ -128,6 +149,10 @@ def read_submission(path: str | Path, chapter: str | None = None) -> Submission:
     return Submission(path, cells, found)
 
 
-def _chapter_from_name(path: Path) -> str | None:
+def chapter_from_name(path: Path) -> str | None:
+    """The chapter a file's name mentions (`alice_02_attention.ipynb` -> `02_attention`), if any."""
     match = CHAPTER_RE.search(path.stem)
     return match.group(0) if match else None
+
+
+_chapter_from_name = chapter_from_name

@@ -37,7 +37,7 @@ class GradingPlugin:
     cells: list
     sandbox: Sandbox
     seed: int = 0
-    budget_seconds: float = 600.0
+    budget_seconds: float | None = None  # None: the sandbox's Limits.submission_seconds
     results: list[TestResult] = field(default_factory=list)
     _student: StudentProcess | None = None
     _started: float = field(default_factory=time.monotonic)
@@ -56,8 +56,9 @@ class GradingPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item) -> None:
-        if time.monotonic() - self._started > self.budget_seconds:
-            pytest.fail(f"grading stopped: the submission used up its {self.budget_seconds:g} s", pytrace=False)
+        budget = self.budget_seconds or self.sandbox.limits.submission_seconds
+        if time.monotonic() - self._started > budget:
+            pytest.fail(f"grading stopped: the submission used up its {budget:g} s of grading time", pytrace=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -95,6 +96,8 @@ def to_result(item, rep, call) -> TestResult:
         return TestResult(name, info["function"], 0.0, 0.0, "skipped", f"Not run: {reason.removeprefix('Skipped: ')}")
     if rep.passed:
         return TestResult(name, info["function"], points, points, "passed", "")
+    if rep.when == "setup" and call.excinfo.typename == "Failed":  # pytest.fail: e.g. the time budget is spent
+        return TestResult(name, info["function"], 0.0, points, "failed", str(call.excinfo.value))
     if rep.when == "setup":
         return TestResult(name, info["function"], 0.0, points, "failed",
                           f"The grader could not run this test ({call.excinfo.typename} while setting it up); "

@@ -1,13 +1,7 @@
 """Gradescope's results.json shape, written atomically, and the summary table."""
 from __future__ import annotations
 
-import csv
-import json
-import os
-import tempfile
-from pathlib import Path
-from typing import Iterable
-
+from autograder.atomic import write_csv, write_json, write_text  # noqa: F401 - re-exported
 from autograder.plugin import TestResult
 
 STUDENT_OUTPUT_LIMIT = 2000
@@ -53,32 +47,6 @@ def label_student_output(text: str) -> str:
         text = text[:STUDENT_OUTPUT_LIMIT] + f"\n... [{len(text) - STUDENT_OUTPUT_LIMIT} more characters cut]"
     fenced = "\n".join("| " + line for line in text.splitlines())
     return f"Your code printed (first {STUDENT_OUTPUT_LIMIT} characters, shown as printed):\n{fenced}"
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Write JSON atomically: a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_csv(path: Path, header: list[str], rows: Iterable[list]) -> None:
-    """Write a CSV atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".csv")
-    with os.fdopen(fd, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    os.replace(tmp, path)
 
 
 def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:

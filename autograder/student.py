@@ -1,13 +1,15 @@
 """The trusted side's handle on a student's notebook: the `student` fixture.
 
 `StudentProcess` runs the submission's cells in a sandboxed process and
-forwards the graders' calls to it. Replies are read with
-`torch.load(weights_only=True)`. If the process dies or runs too long, the
+forwards the graders' calls to it. Replies are decoded by `wire` (JSON and
+raw tensor bytes, never pickle) and rebuilt field by field: the student
+process may send anything. If the process dies or runs too long, the
 call raises `StudentError` with a message that says what happened and where,
 and the next call starts a fresh process (the notebook runs again).
 """
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
@@ -63,7 +65,7 @@ class ModuleCall:
 
 def revive(obj: Any) -> Any:
     """Replace the worker's `__unsupported__` markers with `Unsupported` objects."""
-    if isinstance(obj, dict):
+    if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
         if "__unsupported__" in obj:
             return Unsupported(str(obj["__unsupported__"]), str(obj.get("repr", "")))
         return {k: revive(v) for k, v in obj.items()}
@@ -74,25 +76,82 @@ def revive(obj: Any) -> Any:
     return obj
 
 
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # all but tab and newline
+MEMORY_WORDS = ("MemoryError", "can't allocate memory", "out of memory", "std::bad_alloc")
+
+
+def text(value: Any, limit: int) -> str:
+    """A string the student process sent, cut to `limit` characters and without control characters."""
+    if not isinstance(value, str):
+        return ""
+    value = CONTROL_CHARS.sub("", value)
+    return value if len(value) <= limit else value[:limit] + " [...]"
+
+
+def clean_report(reply: Any) -> dict:
+    """The load report, rebuilt from checked parts: the student process may send anything."""
+    if not isinstance(reply, dict):
+        raise wire.WireError("the load report is not a dict")
+    cells = reply.get("cells") if isinstance(reply.get("cells"), list) else []
+    names = reply.get("names") if isinstance(reply.get("names"), list) else []
+    return {"cells": [{"cell": c["cell"] if type(c.get("cell")) is int else -1,
+                       "error": text(c.get("error"), 100), "message": text(c.get("message"), 500),
+                       "traceback": text(c.get("traceback"), 2000), "output": text(c.get("output"), 2000)}
+                      for c in cells[:50] if isinstance(c, dict)],
+            "names": [n[:200] for n in names[:10000] if isinstance(n, str)]}
+
+
+def clean_reply(reply: Any) -> dict:
+    """A call's reply, rebuilt from checked parts; values come back as they are (tensors, numbers, ...)."""
+    if not isinstance(reply, dict):
+        raise wire.WireError("the reply is not a dict")
+    out = {"ok": reply.get("ok") is True, "kind": text(reply.get("kind"), 20),
+           "type": text(reply.get("type"), 100), "message": text(reply.get("message"), 1000),
+           "traceback": text(reply.get("traceback"), 2000), "stdout": text(reply.get("stdout"), 4000)}
+    for key in ("value", "inputs", "grads", "attrs", "param_grads"):
+        out[key] = revive(reply.get(key))
+    for key in ("devices", "state_keys"):
+        items = reply.get(key)
+        out[key] = [x for x in items if isinstance(x, str)] if isinstance(items, list) else []
+    out["inputs"] = out["inputs"] if isinstance(out["inputs"], list) else []
+    out["grads"] = out["grads"] if isinstance(out["grads"], list) else []
+    for key in ("attrs", "param_grads"):
+        out[key] = out[key] if isinstance(out[key], dict) else {}
+    return out
+
+
 def how_it_ended(status: dict, limits) -> str:
-    """Words for a process's end, e.g. 'was killed by SIGSEGV (a crash)'."""
+    """Words for a process's end, e.g. 'crashed (SIGSEGV, a segmentation fault)'."""
+    if status.get("killed"):
+        return "stopped answering (it closed its connection to the grader) and was stopped"
+    if status.get("sandbox_died"):
+        return "stopped because the sandbox around it died (did your code kill its parent process?)"
     if "signal" in status:
         sig = status["signal"]
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-        why = {"SIGSEGV": " (a crash)", "SIGXCPU": f" (more than {limits.cpu_seconds} s of CPU time)",
-               "SIGKILL": " (killed: out of memory, or killed by the grader)",
-               "SIGXFSZ": " (wrote a file over the size limit)"}.get(name, "")
-        return f"was killed by {name}{why}"
+        return {"SIGSEGV": "crashed (SIGSEGV, a segmentation fault)",
+                "SIGBUS": "crashed (SIGBUS, a bad memory access)",
+                "SIGABRT": "aborted (SIGABRT; often a failed memory allocation)",
+                "SIGXCPU": f"was stopped after {limits.cpu_seconds} s of CPU time (SIGXCPU)",
+                "SIGXFSZ": f"was stopped for writing a file over {limits.file_bytes >> 20} MiB (SIGXFSZ)",
+                "SIGKILL": "was killed (SIGKILL: it ran out of memory, or your code killed it)",
+                }.get(name, f"was killed by {name}")
     if "code" in status:
-        return f"exited with code {status['code']}"
+        return f"exited with code {status['code']} (os._exit(), or a library that ended the process)"
     return "stopped answering"
 
 
 class StudentProcess:
-    """A submission's notebook, running in a sandbox, callable from graders."""
+    """A submission's notebook, running in a sandbox, callable from graders.
+
+    Every call has a wall-clock limit (`Limits.call_seconds`), and all calls
+    and restarts of one submission together share `Limits.submission_seconds`.
+    """
 
     def __init__(self, sandbox: Sandbox, cells: list[dict], seed: int = 0) -> None:
         self.sandbox, self.cells, self.seed = sandbox, cells, seed
+        self.limits = sandbox.limits
+        self.deadline = time.monotonic() + self.limits.submission_seconds
         self.sock: socket.socket | None = None
         self.pid: int | None = None
         self.report: dict | None = None  # the first load's cell errors and names
@@ -101,31 +160,44 @@ class StudentProcess:
         self.printed: list[str] = []  # what the student's code printed during calls
 
     # ------------------------------------------------------------ lifecycle
+    def _time_left(self, want: float, what: str) -> float:
+        """`want` seconds, or what is left of the submission's budget if less; fail if none is left."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise StudentError(self._out_of_time(what))
+        return min(want, left)
+
+    def _out_of_time(self, what: str) -> str:
+        return (f"grading stopped at `{what}`: your submission used up its "
+                f"{self.limits.submission_seconds:g} s of grading time")
+
     def _start(self) -> None:
         if self.load_failure:
             raise StudentError(self.load_failure)
+        timeout = self._time_left(self.limits.load_seconds, "loading your notebook")
         self.sock, self.pid = self.sandbox.spawn()
         try:
-            self.sock.settimeout(self.sandbox.limits.load_seconds)
+            self.sock.settimeout(timeout)
             wire.send(self.sock, {"cells": self.cells, "skip_tags": list(SKIP_TAGS), "seed": self.seed})
-            reply = wire.recv(self.sock)
+            report = clean_report(wire.recv(self.sock))
         except socket.timeout:
-            self.load_failure = (f"running your notebook's cells took longer than "
-                                 f"{self.sandbox.limits.load_seconds:g} s")
-            self._kill()
+            self._end(0.0)
+            self.load_failure = f"running your notebook's cells took longer than {timeout:g} s"
             raise StudentError(self.load_failure) from None
-        except (wire.WireError, OSError):
-            ended = self._kill()
-            self.load_failure = f"your notebook's process {how_it_ended(ended, self.sandbox.limits)} while its cells ran"
+        except (wire.WireError, OSError) as exc:
+            ended = self._end(1.0 if _closed(exc) else 0.0)
+            how = how_it_ended(ended, self.limits) if _closed(exc) else f"sent back something unreadable ({exc})"
+            self.load_failure = f"your notebook's process {how} while its cells ran"
             raise StudentError(self.load_failure) from None
         if self.report is None:
-            self.report = revive(reply)
+            self.report = report
 
-    def _kill(self) -> dict:
+    def _end(self, grace: float) -> dict:
+        """End the student process (waiting `grace` s for it to exit by itself); how it ended."""
         status: dict = {}
         if self.pid is not None:
             try:
-                status = self.sandbox.kill(self.pid)
+                status = self.sandbox.end(self.pid, grace)
             except (RuntimeError, OSError):
                 pass
         if self.sock is not None:
@@ -133,14 +205,19 @@ class StudentProcess:
         self.sock, self.pid = None, None
         return status
 
+    def _kill(self) -> dict:
+        return self._end(0.0)
+
     def close(self) -> None:
-        """End the student process."""
+        """End the student process, and everything it started."""
+        grace = 0.0
         if self.sock is not None:
             try:
                 wire.send(self.sock, {"op": "bye"})
+                grace = 1.0
             except OSError:
                 pass
-        self._kill()
+        self._end(grace)
 
     def loaded(self) -> dict:
         """The load report: {"cells": [errors...], "names": [...]} (starts the process if needed)."""
@@ -156,26 +233,30 @@ class StudentProcess:
         if self.sock is None:
             self._start()
         req.setdefault("seed", self.seed)
-        timeout = req.pop("timeout", None) or self.sandbox.limits.call_seconds
+        want = req.pop("timeout", None) or self.limits.call_seconds
+        timeout = self._time_left(want, what)
+        message = wire.frame(req)  # an argument that cannot be sent is the grader's error, raised here
         started = time.monotonic()
         try:
             self.sock.settimeout(timeout)
-            wire.send(self.sock, req)
-            reply = wire.recv(self.sock)
+            self.sock.sendall(message)
+            reply = clean_reply(wire.recv(self.sock))
         except socket.timeout:
-            self._kill()
+            self._end(0.0)
             self.restarts += 1
-            raise StudentError(f"ran longer than {timeout:g} s in `{what}`") from None
+            if timeout < want:
+                raise StudentError(self._out_of_time(what)) from None
+            raise StudentError(f"ran longer than {timeout:g} s in `{what}` and was stopped; "
+                               "the next tests run in a fresh process") from None
         except (wire.WireError, OSError) as exc:
-            ended = self._kill()
+            ended = self._end(1.0 if _closed(exc) else 0.0)
             self.restarts += 1
-            detail = "" if isinstance(exc, wire.WireError) and "closed" in str(exc) else f" ({exc})"
-            raise StudentError(f"your process {how_it_ended(ended, self.sandbox.limits)} in `{what}`{detail}") from None
-        reply = revive(reply)
+            how = how_it_ended(ended, self.limits) if _closed(exc) else f"sent back something unreadable ({exc})"
+            raise StudentError(f"your process {how} in `{what}`; the next tests run in a fresh process") from None
         reply["seconds"] = time.monotonic() - started
-        if reply.get("stdout") and sum(map(len, self.printed)) < 8000:
+        if reply["stdout"] and sum(map(len, self.printed)) < 8000:
             self.printed.append(f"[during `{what}`]\n{reply['stdout']}")
-        if not reply.get("ok"):
+        if not reply["ok"]:
             raise StudentError(self._error_text(reply, what))
         return reply
 
@@ -186,6 +267,10 @@ class StudentProcess:
         if reply.get("type") == "NotImplementedError":
             return f"`{what}` raised NotImplementedError: it is not implemented yet"
         text = f"`{what}` raised {reply.get('type')}: {reply.get('message')}"
+        if any(word in text for word in MEMORY_WORDS):
+            limit = self.limits.memory_bytes
+            text = (f"`{what}` ran out of memory: the grader allows "
+                    f"{'no limit' if limit is None else f'{limit / 2**30:g} GiB'} beyond the loaded libraries\n{text}")
         if reply.get("traceback"):
             text += "\n" + reply["traceback"]
         return text
@@ -222,3 +307,8 @@ class StudentProcess:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, args, kwargs).value
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether a socket error means the student process went away (rather than sent garbage)."""
+    return isinstance(exc, OSError) or "connection closed" in str(exc)

@@ -1,16 +1,19 @@
 """Framing of messages between the trusted grader and the student process.
 
-Every message is an 8-byte big-endian length followed by a `torch.save`
-payload. Both sides read with `torch.load(weights_only=True)`, so a payload
-can hold only tensors, numbers, strings, None, lists, tuples and dicts: the
-trusted side never unpickles an object the student process built.
+Every message is an 8-byte big-endian length, then a 4-byte length and a
+JSON header, then the raw bytes of the tensors it holds. No pickle is used
+anywhere: a message can hold only tensors (a whitelist of dtypes, strided,
+rebuilt with `torch.frombuffer`), numbers, strings, None, lists, tuples and
+dicts. The trusted side never unpickles bytes the student process produced,
+so no `__reduce__` trick or `torch.load` bug can run code in it.
 
 This file is copied into the sandbox and imported there too: stdlib and
 torch only.
 """
 from __future__ import annotations
 
-import io
+import json
+import math
 import socket
 import struct
 from typing import Any
@@ -18,32 +21,116 @@ from typing import Any
 import torch
 
 HEADER = struct.Struct(">Q")
+JSON_HEADER = struct.Struct(">I")
 MAX_MESSAGE = 256 * 1024 * 1024  # a reply larger than this is refused, not read
+MAX_DEPTH = 64  # nesting of lists, tuples and dicts
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
 
 
 class WireError(RuntimeError):
     """The other side closed the connection or sent something unreadable."""
 
 
+def _pack(obj: Any, blobs: list, size: list, depth: int = 0) -> Any:
+    """`obj` as JSON-able data; tensors' bytes go to `blobs`."""
+    if depth > MAX_DEPTH:
+        raise WireError("structure nested too deeply to send")
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, int):
+        return {"~i": str(obj)} if abs(obj) >= 2 ** 53 else obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else {"~f": repr(obj)}
+    if isinstance(obj, torch.Tensor):
+        return _pack_tensor(obj, blobs, size)
+    if isinstance(obj, list):
+        return [_pack(x, blobs, size, depth + 1) for x in obj]
+    if isinstance(obj, tuple):
+        return {"~t": [_pack(x, blobs, size, depth + 1) for x in obj]}
+    if isinstance(obj, dict):
+        return {"~d": [[_pack(k, blobs, size, depth + 1), _pack(v, blobs, size, depth + 1)] for k, v in obj.items()]}
+    raise WireError(f"cannot send a {type(obj).__module__}.{type(obj).__qualname__}")
+
+
+def _pack_tensor(t: torch.Tensor, blobs: list, size: list) -> dict:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in DTYPES or t.layout is not torch.strided or t.is_quantized:
+        raise WireError(f"cannot send a {t.layout} tensor of dtype {t.dtype}")
+    t = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
+    data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    blobs.append(data)
+    size[0] += len(data)
+    return {"~T": [name, list(t.shape), size[0] - len(data), len(data)]}
+
+
 def encode(obj: Any) -> bytes:
     """Bytes of `obj` (tensors, numbers, strings, lists, tuples, dicts)."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+    blobs: list[bytes] = []
+    head = json.dumps(_pack(obj, blobs, [0]), separators=(",", ":"), allow_nan=False).encode()
+    return JSON_HEADER.pack(len(head)) + head + b"".join(blobs)
+
+
+def _unpack(obj: Any, blob: memoryview, depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        raise WireError("structure nested too deeply")
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, list):
+        return [_unpack(x, blob, depth + 1) for x in obj]
+    if not (isinstance(obj, dict) and len(obj) == 1):
+        raise WireError("malformed message")
+    (tag, val), = obj.items()
+    if tag == "~t" and isinstance(val, list):
+        return tuple(_unpack(x, blob, depth + 1) for x in val)
+    if tag == "~d" and isinstance(val, list):
+        return {_unpack(k, blob, depth + 1): _unpack(v, blob, depth + 1) for k, v in val}
+    if tag == "~T" and isinstance(val, list):
+        return _unpack_tensor(val, blob)
+    if tag == "~i" and isinstance(val, str):
+        return int(val)
+    if tag == "~f" and val in ("nan", "inf", "-inf"):
+        return float(val)
+    raise WireError(f"malformed message (tag {str(tag)[:20]!r})")
+
+
+def _unpack_tensor(val: list, blob: memoryview) -> torch.Tensor:
+    name, shape, offset, nbytes = val
+    if name not in DTYPES or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+        raise WireError("malformed tensor")
+    dtype = DTYPES[name]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = math.prod(shape)
+    if type(offset) is not int or type(nbytes) is not int or offset < 0 \
+            or nbytes != count * itemsize or offset + nbytes > len(blob):
+        raise WireError("malformed tensor: its size does not match its data")
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(blob[offset:offset + nbytes]), dtype=dtype).reshape(shape)
 
 
 def decode(data: bytes) -> Any:
-    """The object in `data`, loaded without running any pickled code."""
+    """The object in `data`; nothing in it can run code."""
     try:
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        (n,) = JSON_HEADER.unpack_from(data)
+        head = json.loads(bytes(data[JSON_HEADER.size:JSON_HEADER.size + n]))
+        return _unpack(head, memoryview(data)[JSON_HEADER.size + n:])
+    except WireError:
+        raise
     except Exception as exc:  # any malformed payload is the sender's fault
         raise WireError(f"unreadable message ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
+def frame(obj: Any) -> bytes:
+    """One framed message: its length, then its bytes."""
+    data = encode(obj)
+    return HEADER.pack(len(data)) + data
+
+
 def send(sock: socket.socket, obj: Any) -> None:
     """Send one framed message."""
-    data = encode(obj)
-    sock.sendall(HEADER.pack(len(data)) + data)
+    sock.sendall(frame(obj))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -177,6 +177,8 @@ def plain(obj: Any, devices: list | None = None, depth: int = 0) -> Any:
     if isinstance(obj, torch.Tensor):
         if devices is not None:
             devices.append(str(obj.device))
+        if obj.layout is not torch.strided or str(obj.dtype).removeprefix("torch.") not in wire.DTYPES:
+            return {"__unsupported__": "torch.Tensor", "repr": f"a {obj.layout} tensor of dtype {obj.dtype}"}
         try:
             return obj.detach().to("cpu").as_subclass(torch.Tensor).clone()
         except Exception as exc:  # sparse, nested, meta ...

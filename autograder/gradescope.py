@@ -1,0 +1,145 @@
+"""A Gradescope autograder for one chapter: build it here, run it there.
+
+`python -m autograder export-gradescope NN_name --out autograder.zip` writes a
+zip with setup.sh and run_autograder (from gradescope_template/), the
+autograder package, the provided `attnkit` package, the chapter's hidden
+graders and its reference solution, pinned requirements and gradescope.json.
+
+On Gradescope, run_autograder calls `python -m autograder.gradescope run`,
+which grades /autograder/submission's notebook and always writes
+/autograder/results/results.json. The grader runs as root (as Gradescope
+starts it); `Sandbox` runs the student's code as an unused, unprivileged uid
+(in bubblewrap's namespaces where the container allows them, with rlimits
+otherwise), which cannot read the hidden tests: run_autograder makes
+/autograder/source readable by root only.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from autograder.paths import ROOT, chapters, graders_dir, solutions_dir
+from autograder.sandbox import Limits, Sandbox
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE / "gradescope_template"
+PACKAGES = ("torch", "numpy", "matplotlib", "pytest", "jupytext", "tqdm")  # what grading imports
+SCRIPTS = ("setup.sh", "run_autograder")
+
+
+# ---------------------------------------------------------------- building the zip
+def requirements() -> str:
+    """Pins of what the grader needs, at the versions installed here (local tags like +cpu dropped)."""
+    lines = []
+    for name in PACKAGES:
+        try:
+            lines.append(f"{name}=={importlib.metadata.version(name).split('+')[0]}")
+        except importlib.metadata.PackageNotFoundError:
+            lines.append(name)
+    return "\n".join(lines) + "\n"
+
+
+def _python_files(folder: Path, prefix: str) -> dict[str, Path]:
+    return {f"{prefix}/{p.relative_to(folder).as_posix()}": p for p in sorted(folder.rglob("*.py"))
+            if "__pycache__" not in p.parts}
+
+
+def bundle(chapter: str) -> dict[str, Path]:
+    """Zip path -> file: the package (graders of `chapter` only), attnkit, the reference."""
+    files = {k: v for k, v in _python_files(HERE, "autograder").items() if not k.startswith("autograder/graders/")}
+    files.update(_python_files(ROOT / "attnkit", "attnkit"))
+    for name in ("conftest.py", "pytest.ini", f"test_{chapter}.py"):
+        files[f"autograder/graders/{name}"] = graders_dir() / name
+    files[f"solutions/{chapter}.py"] = solutions_dir() / f"{chapter}.py"
+    return files
+
+
+def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+    info.external_attr = (0o100000 | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    zf.writestr(info, data)
+
+
+def export(chapter: str, out: Path, call_timeout: float = 10.0) -> Path:
+    """Write the Gradescope autograder zip for `chapter` to `out` (atomically); return its path."""
+    if chapter not in chapters():
+        raise SystemExit(f"no chapter {chapter!r} with graders (chapters: {', '.join(chapters()) or 'none'})")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-", suffix=".zip")
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w") as zf:
+            for script in SCRIPTS:
+                _add(zf, script, (TEMPLATE / script).read_bytes(), 0o755)
+            _add(zf, "requirements.txt", requirements().encode())
+            _add(zf, "gradescope.json", json.dumps({"chapter": chapter, "call_timeout": call_timeout}).encode())
+            for name, path in bundle(chapter).items():
+                _add(zf, name, path.read_bytes())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+# ---------------------------------------------------------------- running on Gradescope
+def find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
+    """The submitted notebook for `chapter`, or None and a message for the student."""
+    found = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    for pick in ([p for p in found if p.stem == chapter], [p for p in found if chapter in p.stem], found):
+        if len(pick) == 1:
+            return pick[0], ""
+    if not found:
+        return None, f"no notebook (.ipynb) was submitted; upload your {chapter}.ipynb"
+    names = ", ".join(p.name for p in found[:10])
+    return None, f"several notebooks were submitted ({names}); upload only {chapter}.ipynb"
+
+
+def grade_here(root: Path) -> dict:
+    """Grade the notebook in root/submission; a results object (score 0 and why, if there is none)."""
+    from autograder.grade import bad_result, grade_submission
+    config = json.loads((root / "source" / "gradescope.json").read_text())
+    chapter = config["chapter"]
+    notebook, problem = find_notebook(root / "submission", chapter)
+    if notebook is None:
+        return bad_result(problem, chapter, 0.0)
+    limits = Limits(call_seconds=float(config.get("call_timeout", 10.0)))
+    with Sandbox(limits, isolation="auto") as box:  # as root: students get an unused, unprivileged uid
+        result = grade_submission(notebook, box, chapter)
+    result["extra_data"]["student_uid"] = getattr(box, "host_uid", None)
+    return result
+
+
+def run(root: Path) -> int:
+    """Write root/results/results.json for the submission in root/submission."""
+    from autograder.results import write_json
+    try:
+        result = grade_here(root)
+    except Exception as exc:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
+        import traceback
+        traceback.print_exc()
+        result = {"score": 0.0, "output": f"The autograder failed ({type(exc).__name__}) while grading "
+                  "this submission. Tell your instructor.", "extra_data": {"status": "crashed"}}
+    write_json(root / "results" / "results.json", result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.gradescope", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="grade the submission in ROOT/submission (what run_autograder calls)")
+    r.add_argument("--root", default="/autograder", help="Gradescope's /autograder folder")
+    args = parser.parse_args(argv)
+    return run(Path(args.root))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

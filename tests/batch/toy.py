@@ -1,0 +1,66 @@
+"""A toy chapter (98_batch_toy) and its submissions, for the class-scale grading tests.
+
+`toy_chapter` is a fixture: it builds a solutions folder and a graders folder
+(the real conftest.py and pytest.ini, plus test_98_batch_toy.py) under
+tmp_path and points AUTOGRADER_SOLUTIONS / AUTOGRADER_GRADERS at them, so
+these tests never depend on the real chapters.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import jupytext
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CHAPTER = "98_batch_toy"
+
+# name -> (text to find in the solution, replacement); "garbage" is not a notebook at all
+VARIANTS = {
+    "ok": ("", ""),
+    "wrong": ("return a + b", "return a - b"),  # 1 of 4 points (scale still right)
+    "segv": ("import torch", "import torch, ctypes\nctypes.string_at(0)"),  # crashes while loading
+    "loop": ("return x * k", "while True:\n        pass"),  # one call times out: 3 of 4
+    "sleepy": ("import torch", "import torch, time\ntime.sleep(60)"),  # outlives the submission timeout
+    "uid": ("    return a + b", """    import os
+    uid = os.getuid()
+    rows = [[int(x) for x in line.split()] for line in open('/proc/self/uid_map')]
+    print("HOST_UID", next(o + uid - i for i, o, n in rows if i <= uid < i + n))
+    return a + b"""),
+}
+
+
+def make_notebook(path: Path, variant: str = "ok") -> Path:
+    """Write a submission of the toy chapter: the solution, changed as `variant` says."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if variant == "garbage":
+        path.write_text("{not json")
+        return path
+    old, new = VARIANTS[variant]
+    nb = copy.deepcopy(jupytext.read(HERE / f"{CHAPTER}.py"))
+    for cell in nb.cells:
+        if old:
+            cell.source = cell.source.replace(old, new)
+    jupytext.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def toy_chapter(tmp_path, monkeypatch) -> Path:
+    """A solutions/ and graders/ pair with only the toy chapter; returns their parent folder."""
+    from autograder.reference import load_reference
+    sol, graders = tmp_path / "chapter" / "solutions", tmp_path / "chapter" / "graders"
+    sol.mkdir(parents=True)
+    graders.mkdir()
+    shutil.copy(HERE / f"{CHAPTER}.py", sol)
+    shutil.copy(HERE / f"grader_{CHAPTER}.py", graders / f"test_{CHAPTER}.py")
+    for name in ("conftest.py", "pytest.ini"):
+        shutil.copy(ROOT / "autograder" / "graders" / name, graders)
+    monkeypatch.setenv("AUTOGRADER_SOLUTIONS", str(sol))
+    monkeypatch.setenv("AUTOGRADER_GRADERS", str(graders))
+    load_reference.cache_clear()
+    yield tmp_path / "chapter"
+    load_reference.cache_clear()

@@ -1,0 +1,1 @@
+../../../autograder/graders/conftest.py

@@ -1,0 +1,47 @@
+# Tries to read what the grader hides, and to reach a server on the loopback interface.
+import os
+import socket
+
+
+def peek(paths):
+    seen = {}
+    for path in paths:
+        try:
+            if os.path.isdir(path):
+                seen[path] = "listed: " + ", ".join(sorted(os.listdir(path))[:20])
+            else:
+                with open(path, "rb") as f:
+                    seen[path] = f"read {len(f.read())} bytes"
+        except OSError as exc:
+            seen[path] = f"refused: {type(exc).__name__}"
+    return seen
+
+
+def call_home(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"stolen")
+        return "connected"
+    except OSError as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    finally:
+        s.close()
+
+
+def leak_grader():
+    """Print the hidden grader's source if it can be found (it must not be)."""
+    for root in ("/work", "/root", "/tmp", "/grader", "/"):
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "usr", "dev", ".venv", ".git")]
+            if "test_99_toy.py" in files:
+                print(open(os.path.join(dirpath, "test_99_toy.py")).read())
+                return dirpath
+    return None
+
+
+def causal_mask(n):
+    import torch
+    leak_grader()
+    return torch.ones(n, n, dtype=torch.bool).tril()
