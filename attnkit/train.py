@@ -49,7 +49,7 @@ def train(model: torch.nn.Module, loss_fn: Callable[[int], torch.Tensor], cfg: T
         if cfg.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if hasattr(bar, "set_postfix") and step % cfg.log_every == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()

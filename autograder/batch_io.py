@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +31,6 @@ class Job:
     path: Path
     student: str  # the id an LMS or nbgrader knows the student by
     notebook: str = ""  # the notebook's name (its file stem)
-
 
 
 @dataclass
@@ -75,8 +75,8 @@ def find_jobs(paths: list[str]) -> list[Job]:
                 found.append(("__".join(rel.with_suffix("").parts), f, student))
         else:
             found.append((p.stem, p, p.stem))
-    names = [n for n, _, _ in found]
-    return [Job(n if names.count(n) == 1 else f"{n}-{i}", f, s, f.stem) for i, (n, f, s) in enumerate(found)]
+    counts = Counter(n for n, _, _ in found)
+    return [Job(n if counts[n] == 1 else f"{n}-{i}", f, s, f.stem) for i, (n, f, s) in enumerate(found)]
 
 
 def sha256_of(path: Path) -> str:
@@ -158,10 +158,10 @@ def stamp(result: dict, job: Job, sha: str) -> dict:
 def failure_result(job: Job, chapter: str | None, status: str, message: str, detail: str = "") -> dict:
     """A zero-score result for a submission whose grading did not finish (timeout, crash)."""
     from autograder.grade import bad_result
-    from autograder.notebook import BadSubmission, read_submission
+    from autograder.notebook import read_submission
     try:
         chapter = read_submission(job.path, chapter).chapter
-    except (BadSubmission, OSError):
+    except Exception:  # noqa: BLE001 - unreadable: keep the chapter we were given
         pass
     try:
         res = bad_result(message, chapter, 0.0)

@@ -97,4 +97,13 @@ def expect_unmodified(before: Any, after: Any, function: str) -> None:
             expect_unmodified(b, a, function)
 
 
-needs_cuda = __import__("pytest").mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on the grading machine")
+def needs_cuda(test: Callable) -> Callable:
+    """Run this test only where CUDA is present; elsewhere it is skipped and counts for no points."""
+    import pytest
+    test.needs_cuda = True
+    return pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on the grading machine")(test)
+
+
+def counts(test: Callable) -> bool:
+    """Whether a graded test runs (and so counts towards max_score) on this machine."""
+    return hasattr(test, "graded") and not (getattr(test, "needs_cuda", False) and not torch.cuda.is_available())

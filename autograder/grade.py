@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.check import counts
 from autograder.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.paths import chapters, graders_dir
 from autograder.plugin import GradingPlugin, TestResult
@@ -26,7 +27,7 @@ def max_points(chapter: str) -> float:
     spec = importlib.util.spec_from_file_location(f"_points_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and hasattr(f, "graded"))
+    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f))
 
 
 def bad_result(message: str, chapter: str | None, seconds: float) -> dict:

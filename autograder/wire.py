@@ -3,9 +3,11 @@
 Every message is an 8-byte big-endian length, then a 4-byte length and a
 JSON header, then the raw bytes of the tensors it holds. No pickle is used
 anywhere: a message can hold only tensors (a whitelist of dtypes, strided,
-rebuilt with `torch.frombuffer`), numbers, strings, None, lists, tuples and
-dicts. The trusted side never unpickles bytes the student process produced,
-so no `__reduce__` trick or `torch.load` bug can run code in it.
+rebuilt with `torch.frombuffer` and `as_strided`, so their strides survive),
+numbers, strings, None, lists, tuples and dicts. The trusted side never
+unpickles bytes the student process produced, so no `__reduce__` trick or
+`torch.load` bug can run code in it. Unlike `torch.save`, two tensors that
+share storage arrive as two separate tensors.
 
 This file is copied into the sandbox and imported there too: stdlib and
 torch only.
@@ -54,15 +56,27 @@ def _pack(obj: Any, blobs: list, size: list, depth: int = 0) -> Any:
     raise WireError(f"cannot send a {type(obj).__module__}.{type(obj).__qualname__}")
 
 
+def span(shape: list, stride: list) -> int:
+    """How many storage elements a strided view of `shape` and `stride` reaches (0 if it is empty)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+
+
 def _pack_tensor(t: torch.Tensor, blobs: list, size: list) -> dict:
+    """The tensor's strides are kept (a non-contiguous or expanded input stays so): the elements of
+    storage it reaches are sent, and rebuilt with `as_strided`."""
     name = str(t.dtype).removeprefix("torch.")
     if name not in DTYPES or t.layout is not torch.strided or t.is_quantized:
         raise WireError(f"cannot send a {t.layout} tensor of dtype {t.dtype}")
-    t = t.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
-    data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    t = t.detach().to("cpu").resolve_conj().resolve_neg()
+    shape, stride = list(t.shape), list(t.stride())
+    reach = span(shape, stride)
+    flat = torch.as_strided(t, (reach,), (1,), t.storage_offset()) if reach else t.new_empty(0)
+    data = flat.view(torch.uint8).numpy().tobytes() if reach else b""
     blobs.append(data)
     size[0] += len(data)
-    return {"~T": [name, list(t.shape), size[0] - len(data), len(data)]}
+    return {"~T": [name, shape, stride, size[0] - len(data), len(data)]}
 
 
 def encode(obj: Any) -> bytes:
@@ -96,18 +110,19 @@ def _unpack(obj: Any, blob: memoryview, depth: int = 0) -> Any:
 
 
 def _unpack_tensor(val: list, blob: memoryview) -> torch.Tensor:
-    name, shape, offset, nbytes = val
-    if name not in DTYPES or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+    name, shape, stride, offset, nbytes = val
+    ints = lambda xs: isinstance(xs, list) and all(type(x) is int and x >= 0 for x in xs)  # noqa: E731
+    if name not in DTYPES or not ints(shape) or not ints(stride) or len(shape) != len(stride):
         raise WireError("malformed tensor")
     dtype = DTYPES[name]
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    count = math.prod(shape)
+    reach = span(shape, stride)
     if type(offset) is not int or type(nbytes) is not int or offset < 0 \
-            or nbytes != count * itemsize or offset + nbytes > len(blob):
+            or nbytes != reach * torch.empty((), dtype=dtype).element_size() or offset + nbytes > len(blob):
         raise WireError("malformed tensor: its size does not match its data")
-    if count == 0:
+    if reach == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(blob[offset:offset + nbytes]), dtype=dtype).reshape(shape)
+    flat = torch.frombuffer(bytearray(blob[offset:offset + nbytes]), dtype=dtype)
+    return flat.as_strided(shape, stride)
 
 
 def decode(data: bytes) -> Any:

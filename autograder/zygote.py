@@ -90,7 +90,9 @@ def drop_privileges(uid: int | None = None, gid: int | None = None, keep: tuple 
     The bounding set and the locked securebits make sure nothing exec'd later
     gets a capability back; no_new_privs disables setuid binaries.
     """
-    if capabilities() & (1 << CAP_SETPCAP):
+    have = capabilities()
+    keep = tuple(cap for cap in keep if have >> cap & 1)  # e.g. Docker does not grant CAP_DAC_READ_SEARCH
+    if have & (1 << CAP_SETPCAP):
         for cap in range(64):
             if cap not in keep:
                 libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: ignored

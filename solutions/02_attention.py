@@ -199,6 +199,12 @@
 # its inputs in place.
 
 # %%
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, `make setup` did.
+import importlib.util, subprocess, sys  # noqa: E401
+if importlib.util.find_spec("attnkit") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/attention-course/attention-course"], check=True)
+
+# %%
 import math
 
 import torch
@@ -652,13 +658,13 @@ class Seq2Seq(nn.Module):
         return torch.stack(logits, 1)                                   # (B, T, V)
 
     @torch.no_grad()
-    def greedy(self, src: Tensor, max_len: int) -> tuple[Tensor, Tensor | None]:
-        """Greedy decoding: tokens (B, max_len) and, with attention, weights (B, max_len, S)."""
+    def greedy(self, src: Tensor, n_steps: int) -> tuple[Tensor, Tensor | None]:
+        """Greedy decoding: tokens (B, n_steps) and, with attention, weights (B, n_steps, S)."""
         h, c, mask = self.encode(src)
         s = torch.tanh(self.init_state(c))
         y = torch.full((src.shape[0],), vocab.bos_id, device=src.device)
         tokens, alphas = [], []
-        for _ in range(max_len):
+        for _ in range(n_steps):
             step_logits, s, alpha = self.step(y, s, h, c, mask)
             y = step_logits.argmax(-1)
             tokens.append(y)
@@ -722,7 +728,9 @@ plt.show()
 #
 # Each row is one output character (the last is `<eos>`), each column a
 # source character; the colour is $\alpha_{ij}$. Reversal should show the
-# anti-diagonal: output $i$ reads source position $S - 1 - i$.
+# anti-diagonal: output $i$ reads source position $S - 1 - i$. The titles
+# show the model's own output, so a wrong answer would be visible, with the
+# place where its alignment slipped.
 
 # %% tags=["skip-grading"]
 model = models["attention"]
@@ -757,12 +765,14 @@ plt.show()
 #   width, which is why attention is the natural reader of variable-length
 #   input; local attention (Luong's local-p) restricts the average to a
 #   predicted window with a Gaussian preference.
-# * In the experiment, with the same model, data and 600 training steps,
-#   the decoder without attention reverses short strings (about all of
-#   length 1 to 4) but fails beyond that, near 0% exact match from length
-#   10 on, while the attention decoder stays high at every length (about
-#   90% or more up to 16 characters). Its weights form the anti-diagonal
-#   alignment of a reversal, learnt from the translation loss alone.
+# * In the experiment, with the same model, data and 400 training steps,
+#   the decoder without attention reverses short strings (about 90% or more
+#   exact match up to length 4) but collapses beyond that: under half right
+#   from length 6, about 0% from length 10 on. The attention decoder stays at
+#   about 90% or more at every length up to 16 in our run (about 97%
+#   averaged over the lengths; the exact figures move a little with the
+#   hardware). Its weights form the anti-diagonal alignment of a reversal,
+#   learnt from the translation loss alone.
 #
 # Next, chapter 3 keeps only the attention: self-attention and
 # cross-attention with learnt projections, many heads, and no recurrence.
