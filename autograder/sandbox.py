@@ -185,6 +185,17 @@ def _env(limits: Limits, staging: str) -> dict[str, str]:
     return env
 
 
+def python_world_readable() -> bool:
+    """Whether any uid can reach the Python installation (then no student keeps CAP_DAC_READ_SEARCH)."""
+    for top in {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.executable)}:
+        path = Path(top)
+        for d in [path, *path.parents]:
+            need = 0o005 if d.is_dir() else 0o004
+            if d.stat().st_mode & need != need:
+                return False
+    return True
+
+
 class Sandbox:
     """A running zygote; `spawn()` gives a connected socket to a fresh, isolated student process.
 
@@ -305,7 +316,8 @@ class Sandbox:
             return {}
         if self.isolation == "namespaces":
             return {"uid": SANDBOX_UID, "gid": SANDBOX_UID}
-        return {"uid": self.host_uid, "gid": self.host_uid, "keep": [CAP_DAC_READ_SEARCH]}
+        keep = [] if python_world_readable() else [CAP_DAC_READ_SEARCH]
+        return {"uid": self.host_uid, "gid": self.host_uid, "keep": keep}
 
     def spawn(self) -> tuple[socket.socket, int]:
         """A socket connected to a new student process, and that process's id (for `end`)."""
