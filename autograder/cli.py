@@ -30,7 +30,7 @@ def wants_batch(args: argparse.Namespace) -> bool:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    """Grade a class with `autograder.batch`; see docs/BATCH.md."""
+    """Grade a class with `autograder.batch`; see "Grading a class" in the README."""
     from autograder import batch
     course = None
     if args.nbgrader_course:
