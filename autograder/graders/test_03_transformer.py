@@ -72,11 +72,8 @@ def pe_variant(max_len: int, d: int, *, swap: bool = False, exponent: str = "2k"
     k = torch.div(i, 2, rounding_mode="floor")
     power = {"2k": 2 * k / d, "k": k / d, "i": i / d, "2i": 2 * i / d}[exponent]
     angle = t / 10000 ** power
-    even = (i % 2 == 0)
-    pe = torch.where(even, torch.sin(angle), torch.cos(angle))
-    if swap:
-        pe = torch.where(even, torch.cos(angle), torch.sin(angle))
-    return pe.float()
+    even = (i % 2 == 0) != swap  # the dims that get a sin
+    return torch.where(even, torch.sin(angle), torch.cos(angle)).float()
 
 
 def rotation_blocks(offset: int, d: int, exponent: str = "2k") -> torch.Tensor:
@@ -256,15 +253,15 @@ def test_split_heads(student, ref):
     """split_heads: does head h get features [h*d_k, (h+1)*d_k) of every position, as (B, H, T, d_k), even for a non-contiguous x?"""
     x = torch.randn(2, 5, 12, generator=seeded(11))
     got, want = student.split_heads(x, 3), ref.split_heads(x, 3)
-    x_nc = torch.randn(12, 5, 2, generator=seeded(12)).permute(2, 1, 0)  # (2, 5, 12), non-contiguous
-    call = student.call("split_heads", args=(x_nc, 3))
-    expect_close(call.value, ref.split_heads(x_nc, 3), "split_heads of a non-contiguous x")
-    expect_unmodified((x_nc,), call.inputs[:1], "split_heads")
     expect_close(got, want, "split_heads(x, 3)", mistakes={
         "heads split without a transpose (a view straight to (B, H, T, d_k) mixes positions into heads)":
             split_no_transpose(x, 3),
         "heads take interleaved features (view as (B, T, d_k, H))": x.reshape(2, 5, 4, 3).permute(0, 3, 1, 2),
     })
+    x_nc = torch.randn(12, 5, 2, generator=seeded(12)).permute(2, 1, 0)  # (2, 5, 12), non-contiguous
+    call = student.call("split_heads", args=(x_nc, 3))
+    expect_close(call.value, ref.split_heads(x_nc, 3), "split_heads of a non-contiguous x")
+    expect_unmodified((x_nc,), call.inputs[:1], "split_heads")
 
 
 @graded("merge_heads", points=2, hint="transpose(1, 2) back to (B, T, H, d_k), then reshape to (B, T, H*d_k) "
