@@ -47,6 +47,12 @@
 # convolution.
 
 # %%
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, `make setup` did.
+import importlib.util, subprocess, sys  # noqa: E401
+if importlib.util.find_spec("attnkit") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/attention-course/attention-course"], check=True)
+
+# %%
 import math
 
 import torch
