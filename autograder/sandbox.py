@@ -152,6 +152,12 @@ def _parents(path: str) -> list[str]:
     return args
 
 
+def inside(path: str) -> str:
+    """Where a host path is bound in the sandbox: where it is, except under /tmp (the sandbox's own /tmp
+    would hide it, e.g. a checkout and its .venv in /tmp), which moves to /sandbox/tmp/..."""
+    return "/sandbox" + path if path == "/tmp" or path.startswith("/tmp/") else path
+
+
 def _system_binds() -> list[str]:
     """Read-only views of /usr, the Python installation(s) and the library symlinks."""
     args = ["--ro-bind", "/usr", "/usr"]
@@ -167,6 +173,7 @@ def _system_binds() -> list[str]:
     if os.path.realpath(sys.prefix) != sys.prefix:
         binds.append((os.path.realpath(sys.prefix), sys.prefix))
     for source, dest in binds:
+        dest = inside(dest)
         args += _parents(dest) + ["--ro-bind", source, dest]
     for extra in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         args += ["--ro-bind-try", extra, extra]
@@ -235,7 +242,7 @@ class Sandbox:
                    "--clearenv"]
             for key, value in _env(self.limits, inner).items():
                 cmd += ["--setenv", key, value]
-            cmd += [sys.executable, "-B", f"{inner}/worker.py", "zygote", str(fd)]
+            cmd += [inside(sys.executable), "-B", f"{inner}/worker.py", "zygote", str(fd)]
             env = None
         else:
             inner = str(staging)
