@@ -1235,8 +1235,8 @@ from attnkit.timing import saved_bytes, time_call
 
 torch.manual_seed(0)
 d = 64
-layers = {"self-attention": MultiHeadAttention(d, 4), "RNN": nn.RNN(d, d, batch_first=True),
-          "convolution (k=3)": nn.Conv1d(d, d, 3, padding=1)}
+layers = {"self-attention": MultiHeadAttention(d, 4).to(device), "RNN": nn.RNN(d, d, batch_first=True).to(device),
+          "convolution (k=3)": nn.Conv1d(d, d, 3, padding=1).to(device)}
 runs = {
     "self-attention": lambda x: layers["self-attention"](x, x, x),
     "RNN": lambda x: layers["RNN"](x)[0],
@@ -1246,9 +1246,9 @@ lengths = [64, 128, 256, 512, 1024, 2048]
 cost_time = {name: [] for name in runs}
 cost_mem = {name: [] for name in runs}
 for n in lengths:
-    x = torch.randn(1, n, d, requires_grad=True)
+    x = torch.randn(1, n, d, device=device, requires_grad=True)
     for name, run in runs.items():
-        cost_time[name].append(time_call(lambda: run(x).sum().backward(), repeat=5, warmup=2) * 1e3)
+        cost_time[name].append(time_call(lambda: run(x).sum().backward(), repeat=5, warmup=2, device=device) * 1e3)
         cost_mem[name].append(saved_bytes(lambda: run(x), exclude=layers[name].parameters()) / 2**20)
 print(f"{'n':>6s}" + "".join(f"{name:>30s}" for name in runs))
 for i, n in enumerate(lengths):
