@@ -98,12 +98,25 @@ def expect_unmodified(before: Any, after: Any, function: str) -> None:
 
 
 def needs_cuda(test: Callable) -> Callable:
-    """Run this test only where CUDA is present; elsewhere it is skipped and counts for no points."""
+    """Run this test only where CUDA is present (here, and in the sandboxed student process: see
+    `GradingPlugin.pytest_runtest_setup`); elsewhere it is skipped and counts for no points."""
     import pytest
     test.needs_cuda = True
     return pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on the grading machine")(test)
 
 
-def counts(test: Callable) -> bool:
-    """Whether a graded test runs (and so counts towards max_score) on this machine."""
-    return hasattr(test, "graded") and not (getattr(test, "needs_cuda", False) and not torch.cuda.is_available())
+def counts(test: Callable, cuda: bool | None = None) -> bool:
+    """Whether a graded test runs (and so counts towards max_score).
+
+    `cuda`: whether the sandboxed student process can use CUDA (the sandbox's
+    `cuda_usable()`); None reads this process's `torch.cuda.is_available()`.
+    """
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    return hasattr(test, "graded") and not (getattr(test, "needs_cuda", False) and not cuda)
+
+
+def is_cuda_oom(exc: BaseException) -> bool:
+    """Whether a failure is CUDA running out of memory (perhaps because another submission held it)."""
+    text = str(exc)
+    return "out of memory" in text and ("CUDA" in text or "cuda" in text)

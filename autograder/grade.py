@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from autograder.check import counts
 from autograder.notebook import BadSubmission, chapter_from_name, read_submission
@@ -21,13 +22,16 @@ def grader_file(chapter: str) -> Path:
     return graders_dir() / f"test_{chapter}.py"
 
 
-def max_points(chapter: str) -> float:
-    """The chapter's total points, read from the graders' `@graded` declarations."""
+def max_points(chapter: str, cuda: bool | None = None) -> float:
+    """The chapter's total points, read from the graders' `@graded` declarations.
+
+    `cuda`: whether CUDA tests count (the sandbox's `cuda_usable()`); None: this process sees a GPU.
+    """
     path = grader_file(chapter)
     spec = importlib.util.spec_from_file_location(f"_points_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f))
+    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f, cuda))
 
 
 def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
@@ -81,6 +85,10 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
         lines.append(errors)
     if printed:
         lines.append(label_student_output(printed))
+    cuda = sandbox.cuda_usable()
+    if not cuda and torch.cuda.is_available():
+        lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "
+                     "tests were skipped and do not count towards the maximum.")
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
-             "isolation": sandbox.isolation}
+             "isolation": sandbox.isolation, "cuda": cuda}
     return results_json(sub.chapter, tests, "\n\n".join(lines), extra)

@@ -7,12 +7,16 @@ test's source, its locals or reference values).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 import pytest
 
-from autograder.check import GradingFailure
+from autograder.check import GradingFailure, is_cuda_oom
 from autograder.reference import load_reference
 from autograder.sandbox import Sandbox
 from autograder.student import StudentProcess
@@ -59,6 +63,23 @@ class GradingPlugin:
         budget = self.budget_seconds or self.sandbox.limits.submission_seconds
         if time.monotonic() - self._started > budget:
             pytest.fail(f"grading stopped: the submission used up its {budget:g} s of grading time", pytrace=False)
+        if getattr(item.function, "needs_cuda", False) and not self.sandbox.cuda_usable():
+            pytest.skip("the sandboxed student process cannot use the GPU on this machine")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        """CUDA tests share the GPU with other graders (--jobs N); one that runs out of GPU memory is
+        run again, alone on this machine's GPU, before it can cost the student anything."""
+        if not getattr(item.function, "needs_cuda", False):
+            return (yield)
+        with gpu_lock(exclusive=False):
+            try:
+                return (yield)
+            except Exception as exc:  # noqa: BLE001
+                if not is_cuda_oom(exc):
+                    raise
+        with gpu_lock(exclusive=True):
+            return item.runtest()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -66,6 +87,20 @@ class GradingPlugin:
         rep = outcome.get_result()
         if rep.when == "call" or (rep.when == "setup" and not rep.passed):
             self.results.append(to_result(item, rep, call))
+
+
+GPU_LOCK = os.path.join(tempfile.gettempdir(), "autograder-gpu.lock")
+
+
+@contextlib.contextmanager
+def gpu_lock(exclusive: bool):
+    """A machine-wide lock on the GPU: CUDA tests hold it shared, an out-of-memory rerun exclusively."""
+    with open(GPU_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def test_name(item) -> str:

@@ -47,7 +47,8 @@ class Limits:
     call_seconds: float = 10.0  # wall clock for one call of a student function
     load_seconds: float = 60.0  # wall clock for running the notebook's cells
     submission_seconds: float = 600.0  # wall clock for the whole submission, all its tests and restarts
-    memory_bytes: int | None = 4 * GiB  # address space beyond what the warm process (torch) already maps
+    memory_bytes: int | None = 4 * GiB  # host memory (RLIMIT_DATA) beyond what the warm process already uses
+    gpu_memory_bytes: int | None = 8 * GiB  # GPU memory of each student process (torch's allocator cap)
     cpu_seconds: int = 600  # CPU time of each student process
     processes: int = 64  # processes and threads the submission may run at once
     file_bytes: int = 64 * MiB  # largest file it may write
@@ -177,9 +178,38 @@ def _system_binds() -> list[str]:
         args += _parents(dest) + ["--ro-bind", source, dest]
     for extra in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         args += ["--ro-bind-try", extra, extra]
-    for dev in sorted(Path("/dev").glob("nvidia*")):  # a GPU, when the grading machine has one
-        args += ["--dev-bind", str(dev), str(dev)]
     return args
+
+
+def gpu_devices() -> list[str]:
+    """The NVIDIA device nodes of this machine (/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm, ...); [] without a GPU."""
+    return sorted(str(p) for p in Path("/dev").glob("nvidia*"))
+
+
+def gpu_binds(devices: list[str]) -> list[str]:
+    """bwrap arguments exposing the GPU's device nodes. They must come after `--dev /dev`, which
+    mounts a fresh /dev over anything bound there before. The driver's libraries need no bind:
+    they live under /usr or /lib (bound already), and LD_LIBRARY_PATH is passed on (`_env`)."""
+    args: list[str] = []
+    for dev in devices:
+        args += ["--dev-bind", dev, dev]
+    return args
+
+
+def bwrap_command(prefix: list[str], staging: str, inner: str, env: dict[str, str],
+                  devices: list[str], fd: int) -> list[str]:
+    """The whole bwrap command line that starts the zygote (`devices`: GPU nodes to expose)."""
+    cmd = [*prefix, "--cap-add", "ALL", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+           *_system_binds(), "--ro-bind", staging, inner,
+           "--proc", "/proc", "--dev", "/dev", *gpu_binds(devices), "--tmpfs", "/tmp", "--chdir", "/tmp",
+           "--clearenv"]
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    return cmd + [inside(sys.executable), "-B", f"{inner}/worker.py", "zygote", str(fd)]
+
+
+GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 
 
 def _env(limits: Limits, staging: str) -> dict[str, str]:
@@ -189,6 +219,8 @@ def _env(limits: Limits, staging: str) -> dict[str, str]:
     # threads count against Limits.processes: never let torch's pool alone reach it
     threads = limits.threads or max(1, min(os.cpu_count() or 1, limits.processes // 2))
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if gpu_devices():  # where the driver's libraries and the visible GPUs are
+        env.update({k: os.environ[k] for k in GPU_ENV if k in os.environ})
     return env
 
 
@@ -215,6 +247,7 @@ class Sandbox:
         self.isolation = choose_isolation(isolation)
         self.host_uid = random_host_uid() if is_root() else None  # the students' uid on the host
         self.restarts = 0
+        self._cuda: bool | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="autograder-sandbox-")
         self._lock = threading.Lock()
         self._start()
@@ -235,14 +268,7 @@ class Sandbox:
         if self.isolation == "namespaces":
             inner = "/grader"
             prefix, fds = bwrap_prefix(self.host_uid)
-            cmd = [*prefix, "--cap-add", "ALL", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                   "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-                   *_system_binds(), "--ro-bind", str(staging), inner,
-                   "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
-                   "--clearenv"]
-            for key, value in _env(self.limits, inner).items():
-                cmd += ["--setenv", key, value]
-            cmd += [inside(sys.executable), "-B", f"{inner}/worker.py", "zygote", str(fd)]
+            cmd = bwrap_command(prefix, str(staging), inner, _env(self.limits, inner), gpu_devices(), fd)
             env = None
         else:
             inner = str(staging)
@@ -331,7 +357,7 @@ class Sandbox:
         if self._ready and not self.alive():
             self._restart()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        limits = {"as_extra": self.limits.memory_bytes, "cpu": self.limits.cpu_seconds,
+        limits = {"data_extra": self.limits.memory_bytes, "cpu": self.limits.cpu_seconds,
                   "fsize": self.limits.file_bytes, "nproc": self.limits.processes,
                   "nofile": self.limits.open_files, "core": 0}
         req = {"op": "spawn", "isolation": self.isolation, "limits": limits,
@@ -363,6 +389,23 @@ class Sandbox:
     def kill(self, pid: int) -> dict:
         """Kill a student process and all it started; return how it ended."""
         return self.end(pid, 0.0)
+
+    def cuda_usable(self) -> bool:
+        """Whether a student process of this sandbox can really use CUDA (probed once, in a fresh child).
+
+        False without a GPU, without asking the sandbox. CUDA tests count only where this is True.
+        """
+        if self._cuda is None:
+            import torch
+            self._cuda = False
+            if torch.cuda.is_available():
+                from autograder.student import StudentProcess
+                probe = StudentProcess(self, [])
+                try:
+                    self._cuda = bool(probe.loaded().get("cuda"))
+                finally:
+                    probe.close()
+        return self._cuda
 
     def status(self, pid: int) -> dict:
         """How a student process ended ({"code": n} / {"signal": n}), {} if still running."""

@@ -98,7 +98,8 @@ def clean_report(reply: Any) -> dict:
                        "error": text(c.get("error"), 100), "message": text(c.get("message"), 500),
                        "traceback": text(c.get("traceback"), 2000), "output": text(c.get("output"), 2000)}
                       for c in cells[:50] if isinstance(c, dict)],
-            "names": [n[:200] for n in names[:10000] if isinstance(n, str)]}
+            "names": [n[:200] for n in names[:10000] if isinstance(n, str)],
+            "cuda": reply.get("cuda") is True}
 
 
 def clean_reply(reply: Any) -> dict:
@@ -178,7 +179,8 @@ class StudentProcess:
         self.sock, self.pid = self.sandbox.spawn()
         try:
             self.sock.settimeout(timeout)
-            wire.send(self.sock, {"cells": self.cells, "skip_tags": list(SKIP_TAGS), "seed": self.seed})
+            wire.send(self.sock, {"cells": self.cells, "skip_tags": list(SKIP_TAGS), "seed": self.seed,
+                                 "gpu_memory_bytes": self.limits.gpu_memory_bytes})
             report = clean_report(wire.recv(self.sock))
         except socket.timeout:
             self._end(0.0)
@@ -268,9 +270,11 @@ class StudentProcess:
             return f"`{what}` raised NotImplementedError: it is not implemented yet"
         text = f"`{what}` raised {reply.get('type')}: {reply.get('message')}"
         if any(word in text for word in MEMORY_WORDS):
-            limit = self.limits.memory_bytes
-            text = (f"`{what}` ran out of memory: the grader allows "
-                    f"{'no limit' if limit is None else f'{limit / 2**30:g} GiB'} beyond the loaded libraries\n{text}")
+            gpu = "CUDA" in text
+            limit = self.limits.gpu_memory_bytes if gpu else self.limits.memory_bytes
+            where = "of GPU memory" if gpu else "beyond the loaded libraries"
+            text = (f"`{what}` ran out of {'GPU ' if gpu else ''}memory: the grader allows "
+                    f"{'no limit' if limit is None else f'{limit / 2**30:g} GiB'} {where}\n{text}")
         if reply.get("traceback"):
             text += "\n" + reply["traceback"]
         return text

@@ -294,13 +294,32 @@ def defined_names(ns: dict) -> list[str]:
     return sorted(k for k, v in ns.items() if not k.startswith("_") and callable(v))
 
 
+def cuda_ready(gpu_bytes: int | None) -> bool:
+    """Whether CUDA really works in this process, after capping torch's GPU memory at `gpu_bytes`.
+
+    The cap is torch's caching-allocator fraction of device 0: it bounds what torch allocates, and
+    code that calls set_per_process_memory_fraction again can lift it (see the README).
+    """
+    if not torch.cuda.is_available():
+        return False
+    try:
+        if gpu_bytes:
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, gpu_bytes / total), 0)
+        torch.empty(1, device="cuda")
+        return True
+    except Exception:  # noqa: BLE001 - any failure means: no CUDA here
+        return False
+
+
 def serve(sock: socket.socket) -> None:
     """Load the notebook from the first message, then answer calls until the grader hangs up."""
     hello = wire.recv(sock)
     seed_all(hello.get("seed", 0))
+    cuda = cuda_ready(hello.get("gpu_memory_bytes"))
     ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     report = run_cells(hello["cells"], set(hello.get("skip_tags", ())), ns)
-    wire.send(sock, {"ok": True, "cells": report, "names": defined_names(ns)})
+    wire.send(sock, {"ok": True, "cells": report, "names": defined_names(ns), "cuda": cuda})
     while True:
         try:
             req = wire.recv(sock)

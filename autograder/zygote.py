@@ -45,7 +45,7 @@ PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_CHILD_SUBREAPER = 1
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 CAP_DAC_READ_SEARCH, CAP_SETPCAP = 2, 8
 SECURE_LOCKED_NOROOT = 0x2F  # NOROOT, NO_SETUID_FIXUP and KEEP_CAPS, each locked
-LIMITS = {"as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE,
+LIMITS = {"as": resource.RLIMIT_AS, "data": resource.RLIMIT_DATA, "cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE,
           "nproc": resource.RLIMIT_NPROC, "nofile": resource.RLIMIT_NOFILE, "core": resource.RLIMIT_CORE}
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -182,20 +182,28 @@ def tasks_of(uid: int) -> int:
     return count
 
 
-def address_space() -> int:
-    """This process's mapped address space, in bytes."""
+def vm_size(field: str = "VmData") -> int:
+    """This process's `field` of /proc/self/status (VmData: heap and private writable mappings), in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmSize:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
 
 def set_limits(limits: dict) -> None:
-    """Apply the rlimits named in `limits` (bytes, seconds or counts); `as_extra` is on top of what is mapped now."""
+    """Apply the rlimits named in `limits` (bytes, seconds or counts).
+
+    `data_extra` is host memory on top of what the warm process uses now,
+    enforced as RLIMIT_DATA: it bounds heap and private writable mappings
+    (every tensor on the CPU) but not the address space CUDA reserves at start
+    (which RLIMIT_AS would refuse). `as_extra` does the same with RLIMIT_AS.
+    """
     limits = dict(limits)
+    if limits.get("data_extra"):
+        limits["data"] = vm_size("VmData") + limits.pop("data_extra")
     if limits.get("as_extra"):
-        limits["as"] = address_space() + limits.pop("as_extra")
+        limits["as"] = vm_size("VmSize") + limits.pop("as_extra")
     for name, value in limits.items():
         if value is not None and name in LIMITS:
             resource.setrlimit(LIMITS[name], (int(value), int(value)))

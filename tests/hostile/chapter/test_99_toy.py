@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.check import expect, expect_close, graded, seeded
+from autograder.check import expect, expect_close, graded, needs_cuda, seeded
 
 SECRET_MARKER = "hidden-grader-source-7d1f"  # never shown to students
 
@@ -44,3 +44,14 @@ def test_noisy_sum(student, ref):
     got = student.noisy_sum(x)
     expect(isinstance(got, torch.Tensor), "noisy_sum should return a tensor")
     assert abs(got.item() - want.item()) < 1e-6, SECRET_MARKER
+
+
+@needs_cuda
+@graded("scaled_scores", points=1, hint="Create every tensor on the inputs' device.")
+def test_scaled_scores_cuda(student, ref):
+    """scaled_scores: does it run on the GPU? (counts only where the sandbox can use CUDA)"""
+    g = seeded(2)
+    q, k = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+    call = student.call("scaled_scores", args=(q, k), device="cuda")
+    expect(all(d.startswith("cuda") for d in call.devices), "the scores should stay on the GPU")
+    expect_close(call.value, ref.scaled_scores(q, k), "the scores", atol=1e-4)
