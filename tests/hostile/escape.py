@@ -31,10 +31,18 @@ def call_home(port):
 
 
 def leak_grader():
-    """Print the hidden grader's source if it can be found (it must not be)."""
+    """Print the hidden grader's source if it can be found (it must not be).
+
+    The walk skips the Python installation (bound read-only from the host, no grader in it):
+    walking its thousands of folders took over the 1.5 s call limit on a loaded machine, and
+    the test then failed for want of time, not for a leak.
+    """
+    import sys
+    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     for root in ("/work", "/root", "/tmp", "/grader", "/"):
         for dirpath, dirs, files in os.walk(root):
-            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "usr", "dev", ".venv", ".git")]
+            dirs[:] = [d for d in dirs if d not in ("proc", "sys", "usr", "dev", ".venv", ".git")
+                       and os.path.realpath(os.path.join(dirpath, d)) not in python]
             if "test_99_toy.py" in files:
                 print(open(os.path.join(dirpath, "test_99_toy.py")).read())
                 return dirpath
