@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup exercises book pages test test-fast check-sync bench clean
+.PHONY: setup exercises book pages test test-notebooks test-fast check-sync bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,9 @@ check-sync: setup
 
 test: setup        ## every test: generation, graders' self-test, sandbox, batch
 	$(PY) -m pytest -q
+
+test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean, same headline figures
+	$(PY) -m course alternatives
 
 bench: setup       ## speed figures (printed, never asserted)
 	$(PY) benchmarks/bench_grade_one.py

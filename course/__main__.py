@@ -1,4 +1,8 @@
-"""`python -m course exercises | check-sync | pages | check-leaks PATH...`."""
+"""`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives`.
+
+alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
+with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
+"""
 from __future__ import annotations
 
 import sys
@@ -36,6 +40,14 @@ def main(argv: list[str]) -> int:
             print(f"solution code in {path}: {line}")
         print(f"checked {len(files)} files: {len(leaks)} solution lines found")
         return 1 if leaks else 0
+    if cmd in ("alternative", "alternatives"):
+        from course.alternatives import chapters_with_alternatives, check
+        names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()
+        records = {ch: check(ch, force="--force" in rest) for ch in names}
+        failed = [ch for ch, r in records.items() if not r["ok"]]
+        print(f"alternatives: {len(records) - len(failed)} ok, {len(failed)} failed"
+              + (f" ({', '.join(failed)})" if failed else ""))
+        return 1 if failed or not records else 0
     print(__doc__)
     return 2
 
