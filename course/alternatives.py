@@ -22,7 +22,6 @@ chapters that changed.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import tempfile
 import time
@@ -103,13 +102,10 @@ def alternative_notebook(chapter: str, alt: Alternative | None = None) -> nbform
 
 def run_hash(chapter: str) -> str:
     """A hash of what an alternative run depends on."""
-    h = hashlib.sha256()
+    from course.deps import digest
     paths = [SOLUTIONS / f"{chapter}.py", ALTERNATIVES / f"{chapter}.py",
              ROOT / "autograder" / "graders" / f"test_{chapter}.py", Path(__file__)]
-    paths += sorted((ROOT / "attnkit").glob("*.py"))
-    for p in paths:
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()[:16]
+    return digest(paths, source=paths[0].read_text() + paths[1].read_text())
 
 
 def _load_runs() -> dict:

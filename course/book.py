@@ -32,11 +32,9 @@ Cells that train or draw are tagged `skip-grading`; the autograder does not run 
 
 
 def source_hash(chapter: str) -> str:
-    """A hash of what the page depends on: the chapter and the helper package."""
-    h = hashlib.sha256((SOLUTIONS / f"{chapter}.py").read_bytes())
-    for p in sorted((ROOT / "attnkit").glob("*.py")):
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+    """A hash of what the page depends on: the chapter and the attnkit modules it imports."""
+    from course.deps import digest
+    return digest([SOLUTIONS / f"{chapter}.py"])
 
 
 def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookNode:
