@@ -30,10 +30,13 @@ def cell_errors_text(cells: list[dict]) -> str:
     """Feedback on the cells that raised while the notebook ran."""
     if not cells:
         return ""
-    lines = ["Some cells of your notebook raised an error when it ran top to bottom "
-             "(cells tagged skip-grading are not run by the grader):"]
+    lines = ["Some cells of your notebook raised an error, ran too long or stopped its process when it ran "
+             "top to bottom (cells tagged skip-grading are not run by the grader):"]
     for err in cells[:10]:
         lines.append(f"- cell {err['cell']}: {err['error']}: {err['message'][:300]}")
+    if any(err["error"] in ("Interrupted", "Skipped") for err in cells):
+        lines.append("A cell that trains, waits or runs long belongs in a cell tagged skip-grading; the grader "
+                     "stops a cell after its time limit and goes on with the next one.")
     if len(cells) > 10:
         lines.append(f"- ... and {len(cells) - 10} more")
     return "\n".join(lines)

@@ -45,7 +45,9 @@ class Limits:
     """What one submission may use."""
 
     call_seconds: float = 10.0  # wall clock for one call of a student function
-    load_seconds: float = 60.0  # wall clock for running the notebook's cells
+    load_seconds: float = 120.0  # wall clock for running the notebook's cells, replays included
+    cell_seconds: float = 30.0  # one top-level cell; then it is interrupted (KeyboardInterrupt) and the next runs
+    cell_grace_seconds: float = 5.0  # how long an interrupted cell may take to stop before its process is killed
     submission_seconds: float = 600.0  # wall clock for the whole submission, all its tests and restarts
     memory_bytes: int | None = 4 * GiB  # host memory (RLIMIT_DATA) beyond what the warm process already uses
     gpu_memory_bytes: int | None = 8 * GiB  # GPU memory of each student process (torch's allocator cap)

@@ -23,6 +23,7 @@ from autograder.check import GradingFailure
 from autograder.sandbox import Sandbox
 
 SKIP_TAGS = ("skip-grading",)
+MAX_BAD_CELLS = 3  # cells that may hang or kill the process before the notebook counts as unrunnable
 
 
 class StudentError(GradingFailure):
@@ -157,6 +158,7 @@ class StudentProcess:
         self.pid: int | None = None
         self.report: dict | None = None  # the first load's cell errors and names
         self.load_failure: str | None = None
+        self.bad_cells: dict[int, str] = {}  # cells that hung or ended the process, skipped in later runs
         self.restarts = 0
         self.printed: list[str] = []  # what the student's code printed during calls
 
@@ -173,26 +175,71 @@ class StudentProcess:
                 f"{self.limits.submission_seconds:g} s of grading time")
 
     def _start(self) -> None:
+        """Start a student process and run the notebook's cells in it.
+
+        A cell that hangs past the per-cell limit and ignores the interrupt, or
+        that ends its process (os._exit, a segfault, the memory limit), costs
+        only itself: the notebook is run again in a fresh process without it
+        (at most MAX_BAD_CELLS times). The normal path forks once.
+        """
         if self.load_failure:
             raise StudentError(self.load_failure)
-        timeout = self._time_left(self.limits.load_seconds, "loading your notebook")
+        budget = self._time_left(self.limits.load_seconds, "loading your notebook")
+        spent = [0.0]  # the cells' running time over all runs (not the sandbox's start)
+        while True:
+            bad = self._load_once(budget, spent)
+            if bad is None:
+                return
+            cell, how = bad
+            self.bad_cells[cell] = how
+            if len(self.bad_cells) > MAX_BAD_CELLS:
+                self.load_failure = f"{len(self.bad_cells)} cells of your notebook stopped its process ({how})"
+                raise StudentError(self.load_failure)
+
+    def _load_once(self, budget: float, spent: list[float]) -> tuple[int, str] | None:
+        """One run of the cells; None when it loaded, else (the fatal cell, what happened)."""
+        cell_limit = self.limits.cell_seconds + self.limits.cell_grace_seconds if self.limits.cell_seconds else None
         self.sock, self.pid = self.sandbox.spawn()
+        started = time.monotonic()
+        deadline = min(started + budget - spent[0], self.deadline)
+        current, since = None, started
         try:
-            self.sock.settimeout(timeout)
             wire.send(self.sock, {"cells": self.cells, "skip_tags": list(SKIP_TAGS), "seed": self.seed,
-                                 "gpu_memory_bytes": self.limits.gpu_memory_bytes})
-            report = clean_report(wire.recv(self.sock))
+                                 "gpu_memory_bytes": self.limits.gpu_memory_bytes,
+                                 "cell_seconds": self.limits.cell_seconds, "skip_cells": sorted(self.bad_cells)})
+            while True:
+                wait = deadline - time.monotonic()
+                if current is not None and cell_limit:
+                    wait = min(wait, since + cell_limit - time.monotonic())
+                self.sock.settimeout(max(wait, 0.001))
+                message = wire.recv(self.sock)
+                if isinstance(message, dict) and type(message.get("progress")) is int and "cells" not in message:
+                    current, since = message["progress"], time.monotonic()
+                    continue
+                report = clean_report(message)
+                break
         except socket.timeout:
             self._end(0.0)
-            self.load_failure = f"running your notebook's cells took longer than {timeout:g} s"
-            raise StudentError(self.load_failure) from None
+            spent[0] += time.monotonic() - started
+            if current is None or time.monotonic() >= deadline - 0.01:
+                self.load_failure = f"running your notebook's cells took longer than {budget:g} s"
+                raise StudentError(self.load_failure) from None
+            return current, (f"ran longer than {self.limits.cell_seconds:g} s and did not stop when "
+                             "interrupted; its process was killed")
         except (wire.WireError, OSError) as exc:
             ended = self._end(1.0 if _closed(exc) else 0.0)
+            spent[0] += time.monotonic() - started
             how = how_it_ended(ended, self.limits) if _closed(exc) else f"sent back something unreadable ({exc})"
-            self.load_failure = f"your notebook's process {how} while its cells ran"
-            raise StudentError(self.load_failure) from None
+            if current is None or not _closed(exc):
+                self.load_failure = f"your notebook's process {how} while its cells ran"
+                raise StudentError(self.load_failure) from None
+            return current, f"its process {how}"
         if self.report is None:
+            skipped = [{"cell": i, "error": "Skipped", "message": f"this cell {how}; the notebook was run again "
+                        "without it", "traceback": "", "output": ""} for i, how in self.bad_cells.items()]
+            report["cells"] = sorted(report["cells"] + skipped, key=lambda c: c["cell"])
             self.report = report
+        return None
 
     def _end(self, grace: float) -> dict:
         """End the student process (waiting `grace` s for it to exit by itself); how it ended."""

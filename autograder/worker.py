@@ -13,6 +13,7 @@ import linecache
 import os
 import random
 import re
+import signal
 import socket
 import sys
 import traceback
@@ -114,22 +115,55 @@ def student_traceback(exc: BaseException) -> str:
     return "".join(lines) + "".join(traceback.format_exception_only(type(exc), exc))[-1500:]
 
 
-def run_cells(cells: list, skip_tags: set, ns: dict) -> list[dict]:
-    """Execute code cells in order like "Restart & Run All"; a failing cell is recorded and skipped."""
+class CellTimeout(KeyboardInterrupt):
+    """A top-level cell ran past the grader's per-cell limit (delivered like Ctrl-C, as Jupyter does)."""
+
+
+@contextlib.contextmanager
+def cell_timer(seconds: float | None):
+    """Interrupt the code inside after `seconds` with CellTimeout (SIGALRM, in this process)."""
+    if not seconds:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise CellTimeout(f"stopped after {seconds:g} s, the grader's limit for one cell")
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_cells(cells: list, skip_tags: set, ns: dict, skip_cells: frozenset = frozenset(),
+              cell_seconds: float | None = None, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Execute code cells in order like "Restart & Run All"; a failing cell is recorded and skipped.
+
+    `progress(index)` is told before each cell runs (so the grader knows which cell a hang or a
+    crash belongs to); a cell running past `cell_seconds` is interrupted and the next one runs;
+    `skip_cells` are cells a previous run found fatal.
+    """
     report = []
     ns["get_ipython"] = lambda: ShellShim(ns)
     for index, cell in enumerate(cells):
-        if cell.get("cell_type") != "code" or skip_tags & set(cell.get("tags", ())):
+        if cell.get("cell_type") != "code" or skip_tags & set(cell.get("tags", ())) or index in skip_cells:
             continue
+        if progress:
+            progress(index)
         name = f"<cell {index}>"
         source = cell.get("source", "")
         linecache.cache[name] = (len(source), None, source.splitlines(True), name)
         with captured() as out:
             try:
-                exec(compile(to_python(source), name, "exec"), ns)
+                with cell_timer(cell_seconds):
+                    exec(compile(to_python(source), name, "exec"), ns)
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the notebook goes on
-                report.append({"cell": index, "error": type(exc).__name__,
-                               "message": str(exc)[:500], "traceback": student_traceback(exc),
+                stopped = isinstance(exc, CellTimeout)
+                report.append({"cell": index, "error": "Interrupted" if stopped else type(exc).__name__,
+                               "message": str(exc)[:500], "traceback": "" if stopped else student_traceback(exc),
                                "output": out.text()})
     return report
 
@@ -318,7 +352,9 @@ def serve(sock: socket.socket) -> None:
     seed_all(hello.get("seed", 0))
     cuda = cuda_ready(hello.get("gpu_memory_bytes"))
     ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    report = run_cells(hello["cells"], set(hello.get("skip_tags", ())), ns)
+    report = run_cells(hello["cells"], set(hello.get("skip_tags", ())), ns,
+                       skip_cells=frozenset(hello.get("skip_cells", ())), cell_seconds=hello.get("cell_seconds"),
+                       progress=lambda index: wire.send(sock, {"progress": index}))
     wire.send(sock, {"ok": True, "cells": report, "names": defined_names(ns), "cuda": cuda})
     while True:
         try:
