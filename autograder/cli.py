@@ -85,6 +85,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
             write_json(out / name / "results.json", result)
             extra = result["extra_data"]
             rows.append((name, extra.get("chapter"), result["score"], result["max_score"], extra.get("status")))
+    if len(subs) == 1:  # one notebook: what a student needs, in the terminal
+        from autograder.results import function_report
+        print(function_report(result))
+        print()
     print(summary_table(rows))
     print(f"results in {out}/<submission>/results.json")
     return 0

@@ -59,3 +59,29 @@ def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(5)]
     fmt = "  ".join(f"{{:{'<' if i in (0, 1, 4) else '>'}{w}}}" for i, w in enumerate(widths))
     return "\n".join(fmt.format(*r) for r in [header, *body])
+
+
+def function_report(result: dict) -> str:
+    """What a student reads in the terminal: points per graded function, then each failed test's feedback."""
+    per: dict[str, list[float]] = {}
+    for t in result["tests"]:
+        name = (t.get("tags") or ["-"])[0]
+        got, total = per.setdefault(name, [0.0, 0.0])
+        per[name] = [got + t["score"], total + t["max_score"]]
+    rows = [(name, f"{got:g}", f"{total:g}", "ok" if got == total else "FAILED") for name, (got, total) in per.items()]
+    header = ("function", "points", "max", "")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    fmt = "  ".join(f"{{:{'<' if i in (0, 3) else '>'}{w}}}" for i, w in enumerate(widths))
+    lines = [fmt.format(*r).rstrip() for r in [header, *rows]]
+    lines.append(f"total: {result['score']:g} / {result['max_score']:g}")
+    failed = [t for t in result["tests"] if t["score"] < t["max_score"]]
+    if failed:
+        lines.append("")
+        lines.append(f"{len(failed)} failed test{'s' if len(failed) > 1 else ''}:")
+        for t in failed:
+            lines.append(f"* {t['name']}")
+            lines.extend("    " + ln for ln in t["output"].splitlines())
+    header_text = result["output"].split("\n\n", 1)
+    if len(header_text) > 1:  # notebook-level messages: cell errors, warnings, printed output
+        lines += ["", header_text[1]]
+    return "\n".join(lines)
