@@ -1,0 +1,1097 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   course:
+#     chapter: 06_bert
+# ---
+
+# %% [markdown]
+# # 6. BERT and its family: masked language models, subwords, RoBERTa, BART and T5
+#
+# ## Motivation
+#
+# A left-to-right language model (chapter 1, and GPT {cite}`radford2018`)
+# reads a sentence in one direction: the state at word $t$ has seen only
+# words $1..t$. ELMo (chapter 4) glued two such models together, one per
+# direction, but each half still never saw the other side. Many tasks want
+# a representation of a word that depends on *both* sides at once: in
+# *"mr zorba smiled"* and *"near zorba the river flooded"* the same word is a
+# person and a place, and the cue can come before or after it.
+#
+# BERT {cite}`devlin2019` is a Transformer encoder (chapter 3) trained as a
+# **denoising autoencoder**: corrupt the input, and ask the model to restore
+# it. Because the model is asked to fill in a hidden word rather than the
+# next one, every layer can attend to every position, left and right. It is
+# pre-trained once on unlabelled text with two tasks, **masked language
+# modelling** (MLM) and **next-sentence prediction** (NSP), and then either
+# fine-tuned with one small extra layer or used frozen, as a feature
+# extractor.
+#
+# This chapter builds the pieces of that recipe as graded functions: the
+# input format, the masking rule, the NSP pairs, the embeddings, the MLM
+# loss, the layer combinations for feature extraction, and the two subword
+# tokenizers (WordPiece and BPE) that give BERT and its successors a
+# bounded vocabulary without out-of-vocabulary words. Then it turns to the
+# family: RoBERTa {cite}`liu2019roberta` (the same model, trained better),
+# BART {cite}`lewis2020bart` (a denoising encoder-decoder) and T5
+# {cite}`raffel2020t5` (every task as text-to-text), and builds BART's and
+# T5's noising functions. The experiment pre-trains a tiny BERT on CPU,
+# compares the lecture's six feature choices on a tagging task, and measures
+# what the 80/10/10 masking rule is for.
+
+# %%
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, `make setup` did.
+import importlib.util, subprocess, sys  # noqa: E401
+if importlib.util.find_spec("attnkit") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/attention-course/attention-course"], check=True)
+
+# %%
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attnkit
+
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## The math
+#
+# ### The input: two segments and three embeddings
+#
+# BERT reads one or two pieces of text (a *segment* is any span of text, not
+# necessarily a sentence) packed into one sequence:
+#
+# $$\texttt{[CLS]}\; a_1 \dots a_n\; \texttt{[SEP]}\; b_1 \dots b_m\; \texttt{[SEP]}$$
+#
+# `[CLS]` is a summary slot: its final hidden state feeds sentence-level
+# heads. `[SEP]` closes each segment. Every position $t$ gets the sum of three
+# learned embeddings,
+#
+# $$x_t = E^\text{token}[w_t] + E^\text{segment}[s_t] + E^\text{position}[t],$$
+#
+# where the segment id $s_t$ is 0 for `[CLS]`, the tokens of A and the first
+# `[SEP]`, and 1 for the tokens of B and the final `[SEP]`. BERT then applies
+# LayerNorm (and dropout) to the sum. The positions are learned vectors, one
+# per index up to a maximum length (512 in BERT), not chapter 3's sinusoids.
+#
+# ### Masked language modelling
+#
+# A bidirectional model cannot be trained to predict the next word: through
+# attention, every word would see itself. BERT instead hides some words and
+# predicts them (the *cloze* task). The rule, for every sequence:
+#
+# 1. **Select** each non-special token (not `[CLS]`, `[SEP]` or padding) with
+#    probability 15%.
+# 2. Of the selected tokens, replace **80%** with `[MASK]`, **10%** with a
+#    uniformly random token, and leave **10%** unchanged.
+# 3. Predict the original token at the selected positions only: the loss is
+#    the mean cross-entropy over them,
+#    $\mathcal{L}_\text{MLM} = -\frac{1}{|M|}\sum_{t \in M} \log p(w_t \mid \tilde{x})$.
+#
+# Why not replace every selected token with `[MASK]`? Because `[MASK]` never
+# occurs when the model is used: fine-tuning and feature extraction feed real
+# text. If only `[MASK]` positions ever carried a prediction target, the
+# model could learn that a real token needs no representation of its own
+# identity (there is nothing to predict there) and that the input at a
+# non-`[MASK]` position is always right. The 10% random tokens make every
+# input token possibly wrong, so the model must keep a contextual check of
+# every position; the 10% unchanged tokens make a real token a possible
+# target, so its representation must say which word it is, biased towards
+# the observed one. Only 15% × 10% = 1.5% of all tokens are random, which
+# does not hurt the model's grasp of language {cite}`devlin2019`. The
+# experiment measures both effects.
+#
+# We implement the rule as one draw per token: a token is selected if
+# $u_1 < 0.15$, and a selected token becomes `[MASK]` if $u_2 < 0.8$, a random
+# token if $0.8 \le u_2 < 0.9$, and stays otherwise. The three parts are
+# disjoint by construction. (Two separate Bernoulli draws for "random" and
+# "unchanged", as some implementations do, overlap, and the split drifts to
+# 81/10/9.)
+#
+# ### Next-sentence prediction
+#
+# Question answering and inference are about the relation between two
+# texts, which a language model does not model directly. NSP adds a binary
+# task: given `[CLS] A [SEP] B [SEP]`, is B the sentence that followed A in
+# its document? Training pairs take, for every sentence A of a document, the
+# true next sentence with probability 50% (`IsNext`) and otherwise a random
+# sentence of another document (`NotNext`). A linear layer on the final
+# `[CLS]` state predicts the label; the pre-training loss is the sum of the
+# MLM and NSP losses.
+#
+# ### Fine-tuning: four shapes of task
+#
+# After pre-training, BERT needs one small layer per task, and all weights
+# are trained together for a few epochs (the paper's Figure 4):
+#
+# | task | input | head |
+# |---|---|---|
+# | sentence-pair classification (MNLI, QQP) | `[CLS] A [SEP] B [SEP]` | linear on the `[CLS]` state → classes |
+# | single-sentence classification (SST-2, CoLA) | `[CLS] A [SEP]` | linear on the `[CLS]` state → classes |
+# | span question answering (SQuAD) | `[CLS] question [SEP] paragraph [SEP]` | two vectors $S, E$: start logits $S \cdot h_t$, end logits $E \cdot h_t$ over the paragraph |
+# | token tagging (NER) | `[CLS] A [SEP]` | linear on every token's state → tags |
+#
+# ### Feature extraction
+#
+# Instead of fine-tuning, one can freeze BERT and feed its hidden states to
+# a separate model, like ELMo. Which hidden states? The BERT paper tried
+# six choices on CoNLL-2003 named-entity recognition, with a two-layer
+# BiLSTM tagger on top of BERT-base's frozen features (dev F1):
+#
+# | features | F1 |
+# |---|---|
+# | first layer (embeddings) | 91.0 |
+# | last hidden | 94.9 |
+# | sum of all 12 layers | 95.5 |
+# | second-to-last hidden | 95.6 |
+# | sum of the last four | 95.9 |
+# | concat of the last four | 96.1 |
+#
+# Fine-tuning the whole model reached 96.4, so the best frozen features are
+# only 0.3 F1 behind.
+#
+# ### Subwords
+#
+# A word-level vocabulary is either huge or full of `[UNK]`. Characters
+# have no out-of-vocabulary problem but make sequences long. Subword units
+# sit between: frequent words are one unit, rare words split into pieces,
+# and every word can be spelled out from pieces (down to single characters),
+# so there is no OOV word and the vocabulary has a chosen size (30,000
+# WordPieces in BERT, 50,000 byte-level BPE units in RoBERTa and BART).
+#
+# * **WordPiece** {cite}`wu2016gnmt` tokenizes a word greedily, **longest
+#   match first**: take the longest prefix in the vocabulary, then the
+#   longest piece of the rest, written with a `##` prefix to say "continues
+#   a word". With pieces `un`, `##aff`, `##able`, the word *unaffable*
+#   becomes `un ##aff ##able`. If some part cannot be matched, the whole word
+#   becomes `[UNK]`.
+# * **Byte-pair encoding** {cite}`sennrich2016bpe` learns its vocabulary
+#   from word counts: start from characters (plus an end-of-word symbol
+#   `</w>`), count every adjacent pair of symbols weighted by word
+#   frequency, merge the most frequent pair into a new symbol, and repeat.
+#   The list of merges, in order, is the model. To encode a word, start from
+#   its characters and apply the learned merges in the order they were
+#   learned (equivalently: repeatedly merge the adjacent pair of lowest
+#   rank).
+#
+# ### The family
+#
+# * **RoBERTa** {cite}`liu2019roberta` keeps BERT's architecture and
+#   changes the training. It drops NSP (full sentences packed up to 512
+#   tokens, and the MLM loss alone, do as well or better); it masks
+#   **dynamically**, drawing a new mask every time a sequence is seen
+#   instead of once in preprocessing; and it trains longer, with bigger
+#   batches (8,000 sequences), on ten times more data (160 GB), with a
+#   byte-level BPE vocabulary.
+# * **BART** {cite}`lewis2020bart` is a denoising **sequence-to-sequence**
+#   model: a bidirectional encoder reads corrupted text and a left-to-right
+#   decoder regenerates the original. Because the decoder writes the whole
+#   text, the corruption can change its length. The paper compares five
+#   noising functions: *token masking* (as BERT), *token deletion* (the model
+#   must find where input is missing), *text infilling* (spans with lengths
+#   drawn from a Poisson distribution with $\lambda = 3$ are each replaced by a
+#   **single** `[MASK]`; a length-0 span inserts a `[MASK]`, so the model also
+#   learns how many tokens are missing), *sentence permutation* (the
+#   sentences of a document are shuffled) and *document rotation* (the
+#   document is rotated to start at a random token, and the model must find
+#   the start). Text infilling worked best; the final model uses it together
+#   with sentence permutation, masking 30% of the tokens.
+# * **T5** {cite}`raffel2020t5` casts every task as text to text
+#   ("translate English to German: ...", "cola sentence: ...") with one
+#   encoder-decoder. Its pre-training objective is **span corruption**: 15%
+#   of the tokens, in spans of mean length 3, are each replaced by a unique
+#   *sentinel* token in the input, and the target lists the dropped spans,
+#   each after its sentinel, ending with one more sentinel:
+#
+#   > input: *Thank you* `<X>` *me to your party* `<Y>` *week.*
+#   > target: `<X>` *for inviting* `<Y>` *last* `<Z>`
+#
+#   The target is short (only the dropped tokens), which makes pre-training
+#   cheaper than regenerating the whole text, as BART does.
+
+# %% [markdown]
+# ## Implementation
+#
+# ### The input format
+#
+# Token ids are plain integers; `[CLS]` and `[SEP]` ids are arguments. The
+# segment ids follow the rule above: the first `[SEP]` belongs to segment A.
+
+# %% nbgrader={"grade": false, "grade_id": "bert_input", "locked": false, "schema_version": 3, "solution": true}
+def bert_input(tokens_a, tokens_b=None, *, cls_id: int, sep_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pack one or two segments as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`.
+
+    tokens_a, tokens_b: token ids (a list of ints or a 1-D long tensor).
+    Returns (input_ids, token_type_ids), two 1-D long tensors of the same
+    length (n + 2, or n + m + 3), on tokens_a's device when it is a tensor.
+    token_type_ids is 0 up to and including the first [SEP], 1 after it.
+    """
+    ### BEGIN SOLUTION
+    a = torch.as_tensor(tokens_a, dtype=torch.long)
+    device = a.device
+    cls = torch.tensor([cls_id], dtype=torch.long, device=device)
+    sep = torch.tensor([sep_id], dtype=torch.long, device=device)
+    ids = [cls, a, sep]
+    segments = [torch.zeros(len(a) + 2, dtype=torch.long, device=device)]
+    if tokens_b is not None:
+        b = torch.as_tensor(tokens_b, dtype=torch.long).to(device)
+        ids += [b, sep]
+        segments.append(torch.ones(len(b) + 1, dtype=torch.long, device=device))
+    return torch.cat(ids), torch.cat(segments)
+    ### END SOLUTION
+
+
+# %%
+ids, seg = bert_input([7, 8, 9], [5, 6], cls_id=1, sep_id=2)
+print(ids.tolist())  # [1, 7, 8, 9, 2, 5, 6, 2]
+print(seg.tolist())  # [0, 0, 0, 0, 0, 1, 1, 1]
+assert bert_input([7], cls_id=1, sep_id=2)[1].tolist() == [0, 0, 0]
+
+# %% [markdown]
+# ### The embeddings
+#
+# Token, segment and position embeddings, summed, then LayerNorm and
+# dropout, as in BERT. The attribute names are part of the exercise: the
+# graders load reference weights into your module.
+
+# %% nbgrader={"grade": false, "grade_id": "BertEmbeddings", "locked": false, "schema_version": 3, "solution": true}
+class BertEmbeddings(nn.Module):
+    """BERT's input embeddings: LayerNorm(token + segment + position), then dropout.
+
+    Attributes: `token` = nn.Embedding(vocab_size, d_model), `segment` =
+    nn.Embedding(n_segments, d_model), `position` = nn.Embedding(max_len,
+    d_model) (learned; position t uses row t, t = 0..T-1), `norm` =
+    nn.LayerNorm(d_model, eps=eps), `dropout` = nn.Dropout(dropout).
+    forward(input_ids (B, T) long, token_type_ids (B, T) long or None, meaning
+    all segment 0) -> (B, T, d_model).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int = 512, n_segments: int = 2,
+                 dropout: float = 0.1, eps: float = 1e-12):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.segment = nn.Embedding(n_segments, d_model)
+        self.position = nn.Embedding(max_len, d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        ### END SOLUTION
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        B, T = input_ids.shape
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        positions = torch.arange(T, device=input_ids.device)  # (T,)
+        x = self.token(input_ids) + self.segment(token_type_ids) + self.position(positions)  # (B, T, D)
+        return self.dropout(self.norm(x))
+        ### END SOLUTION
+
+
+# %%
+emb = BertEmbeddings(vocab_size=20, d_model=8, max_len=16).eval()
+out = emb(ids[None], seg[None])
+print(out.shape)  # torch.Size([1, 8, 8])
+assert torch.allclose(out.mean(-1), torch.zeros(1, 8), atol=1e-5)  # LayerNorm's fresh gain 1, bias 0
+
+# %% [markdown]
+# ### The masking rule
+#
+# `special_mask` marks the positions that may never be selected: `[CLS]`,
+# `[SEP]` and padding. Labels use PyTorch's `ignore_index` convention, $-100$
+# at every unselected position. All randomness comes from `generator`.
+
+# %% nbgrader={"grade": false, "grade_id": "mlm_mask", "locked": false, "schema_version": 3, "solution": true}
+def mlm_mask(input_ids: torch.Tensor, mask_id: int, vocab_size: int, special_mask: torch.Tensor,
+             mlm_prob: float = 0.15, generator: torch.Generator | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: select each non-special token with probability mlm_prob; of the
+    selected, 80% become mask_id, 10% a uniformly random id in [0, vocab_size), 10% stay.
+
+    input_ids (B, T) long; special_mask (B, T) bool, True where the token may never be
+    selected ([CLS], [SEP], padding). Returns (inputs, labels), both (B, T) long on
+    input_ids' device: labels hold the original id at selected positions and -100
+    elsewhere. input_ids is not modified.
+    """
+    ### BEGIN SOLUTION
+    def uniform():
+        on = generator.device if generator is not None else input_ids.device
+        return torch.rand(input_ids.shape, generator=generator, device=on).to(input_ids.device)
+
+    selected = (uniform() < mlm_prob) & ~special_mask  # (B, T)
+    u = uniform()  # one draw splits the selected tokens 80/10/10
+    to_mask = selected & (u < 0.8)
+    to_random = selected & (u >= 0.8) & (u < 0.9)
+    on = generator.device if generator is not None else input_ids.device
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator, device=on)
+    inputs = torch.where(to_random, random_ids.to(input_ids.device), input_ids)
+    inputs = inputs.masked_fill(to_mask, mask_id)
+    labels = input_ids.masked_fill(~selected, -100)
+    return inputs, labels
+    ### END SOLUTION
+
+
+# %%
+x = torch.randint(5, 1000, (64, 512), generator=torch.Generator().manual_seed(0))
+special = torch.zeros_like(x, dtype=torch.bool)
+special[:, 0] = special[:, -1] = True
+inputs, labels = mlm_mask(x, mask_id=3, vocab_size=1000, special_mask=special,
+                          generator=torch.Generator().manual_seed(1))
+sel = labels != -100
+print(f"selected {sel.float().mean():.3f}, of which [MASK] {(inputs[sel] == 3).float().mean():.3f}, "
+      f"unchanged {(inputs[sel] == x[sel]).float().mean():.3f}")  # about 0.15, 0.80, 0.10
+assert not sel[special].any() and torch.equal(inputs[~sel], x[~sel])
+
+# %% [markdown]
+# ### The MLM loss
+#
+# The loss is the mean cross-entropy over the selected positions only. With
+# no selected position at all (possible for a short batch) it is 0, not NaN.
+
+# %% nbgrader={"grade": false, "grade_id": "mlm_loss", "locked": false, "schema_version": 3, "solution": true}
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions where labels != -100.
+
+    logits (B, T, V), labels (B, T) long. Returns a 0-d tensor in logits' dtype; 0 (still
+    attached to the graph) when no position is selected.
+    """
+    ### BEGIN SOLUTION
+    selected = labels != -100  # (B, T)
+    if not bool(selected.any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[selected], labels[selected])  # (N, V) against (N,)
+    ### END SOLUTION
+
+
+# %%
+logits = torch.randn(2, 4, 10)
+lab = torch.tensor([[-100, 3, -100, -100], [7, -100, -100, -100]])
+print(mlm_loss(logits, lab))  # the mean of two cross-entropies
+assert torch.isclose(mlm_loss(logits, lab), F.cross_entropy(logits.reshape(-1, 10), lab.reshape(-1)))
+assert mlm_loss(logits, torch.full((2, 4), -100)).item() == 0.0
+
+# %% [markdown]
+# ### Next-sentence pairs
+#
+# A document is a list of sentences (any objects: strings, lists of ids).
+# There is one pair for each consecutive position of each document, in
+# order; the coin decides whether the second sentence is the true next one.
+
+# %% nbgrader={"grade": false, "grade_id": "nsp_pairs", "locked": false, "schema_version": 3, "solution": true}
+def nsp_pairs(docs: list, generator: torch.Generator | None = None) -> list[tuple]:
+    """Next-sentence-prediction pairs: for every document and every i < len(doc) - 1, in
+    order, (doc[i], b, is_next) where with probability 0.5 b = doc[i + 1] and is_next = 1,
+    else b is a random sentence of a different document and is_next = 0.
+
+    (Here the different document is drawn uniformly among the other non-empty
+    documents, then the sentence uniformly within it.) Needs two non-empty documents.
+    """
+    ### BEGIN SOLUTION
+    def draw(n: int) -> int:
+        return int(torch.randint(n, (1,), generator=generator))
+
+    pairs = []
+    for d, doc in enumerate(docs):
+        others = [e for e in range(len(docs)) if e != d and len(docs[e]) > 0]
+        for i in range(len(doc) - 1):
+            if float(torch.rand(1, generator=generator)) < 0.5:
+                pairs.append((doc[i], doc[i + 1], 1))
+            else:
+                other = docs[others[draw(len(others))]]
+                pairs.append((doc[i], other[draw(len(other))], 0))
+    return pairs
+    ### END SOLUTION
+
+
+# %%
+toy_docs = [["a1", "a2", "a3"], ["b1", "b2"], ["c1", "c2", "c3"]]
+for pair in nsp_pairs(toy_docs, generator=torch.Generator().manual_seed(0)):
+    print(pair)  # 5 pairs: a1, a2, b1, c1, c2 first; is_next = 1 exactly when b follows a
+assert len(nsp_pairs(toy_docs)) == 5
+
+# %% [markdown]
+# ### Which layers to use as features
+#
+# `hidden_states` is the list a BERT returns with all its layers: index 0 is
+# the embedding output, index $\ell$ the output of layer $\ell$, up to $L$.
+
+# %% nbgrader={"grade": false, "grade_id": "combine_layers", "locked": false, "schema_version": 3, "solution": true}
+def combine_layers(hidden_states: list[torch.Tensor], strategy: str) -> torch.Tensor:
+    """Combine L + 1 hidden states (each (B, T, D); index 0 = embeddings) into features.
+
+    strategy: "embedding" (index 0), "last" (L), "second_to_last" (L - 1), "sum_all"
+    (sum of layers 1..L), "sum_last_four" (sum of L-3..L), "concat_last_four" (L-3..L
+    in that order, concatenated along the last dim: (B, T, 4D)). Raises ValueError
+    for another strategy.
+    """
+    ### BEGIN SOLUTION
+    if strategy == "embedding":
+        return hidden_states[0]
+    if strategy == "last":
+        return hidden_states[-1]
+    if strategy == "second_to_last":
+        return hidden_states[-2]
+    if strategy == "sum_all":
+        return torch.stack(hidden_states[1:]).sum(0)  # (B, T, D)
+    if strategy == "sum_last_four":
+        return torch.stack(hidden_states[-4:]).sum(0)  # (B, T, D)
+    if strategy == "concat_last_four":
+        return torch.cat(hidden_states[-4:], dim=-1)  # (B, T, 4D)
+    raise ValueError(f"unknown strategy {strategy!r}")
+    ### END SOLUTION
+
+
+# %%
+hs = [torch.full((1, 2, 3), float(i)) for i in range(7)]  # L = 6: layer i holds the value i
+for s in ["embedding", "last", "second_to_last", "sum_all", "sum_last_four", "concat_last_four"]:
+    print(f"{s:17s}", combine_layers(hs, s)[0, 0].tolist())
+# embedding [0,0,0]; last [6,...]; second_to_last [5,...]; sum_all [21,...]; sum_last_four [18,...];
+# concat_last_four [3,3,3,4,4,4,5,5,5,6,6,6]
+
+# %% [markdown]
+# ### WordPiece
+#
+# `vocab` is any container of strings that supports `in` (a set, a list, the
+# keys of a dict). Greedy longest-match-first: at each position try the
+# longest remaining substring first, and shorten it until it is in the
+# vocabulary; pieces after the first carry `##`.
+
+# %% nbgrader={"grade": false, "grade_id": "wordpiece_tokenize", "locked": false, "schema_version": 3, "solution": true}
+def wordpiece_tokenize(word: str, vocab, unk_token: str = "[UNK]", max_chars: int = 100) -> list[str]:
+    """Greedy longest-match-first WordPiece: pieces after the first are looked up (and
+    returned) with a "##" prefix. A word that cannot be covered, or that is longer than
+    max_chars characters, is [unk_token] (one token for the whole word).
+    """
+    ### BEGIN SOLUTION
+    if len(word) > max_chars:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        end, piece = len(word), None
+        while end > start:
+            candidate = ("##" if start > 0 else "") + word[start:end]
+            if candidate in vocab:
+                piece = candidate
+                break
+            end -= 1
+        if piece is None:
+            return [unk_token]
+        pieces.append(piece)
+        start = end
+    return pieces
+    ### END SOLUTION
+
+
+# %%
+wp_vocab = {"un", "##aff", "##able", "##a", "##f", "##b", "##l", "##e", "u", "##n", "a", "able"}
+print(wordpiece_tokenize("unaffable", wp_vocab))  # ['un', '##aff', '##able']
+print(wordpiece_tokenize("unable", wp_vocab))     # ['un', '##able']
+print(wordpiece_tokenize("unzip", wp_vocab))      # ['[UNK]']
+
+# %% [markdown]
+# ### Byte-pair encoding
+#
+# Training counts every adjacent pair of symbols in every word, weighted by
+# the word's frequency (a word such as *aaa* counts the pair (a, a) twice),
+# and merges the most frequent pair everywhere, left to right. Ties go to
+# the lexicographically smallest pair (as Python compares tuples of
+# strings), so the result is deterministic. Training stops early if no
+# pair is left.
+
+# %%
+def merge_pair(symbols: tuple, pair: tuple) -> tuple:
+    """Replace each occurrence of `pair` in `symbols`, left to right, by the joined symbol."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+# %% nbgrader={"grade": false, "grade_id": "bpe_train", "locked": false, "schema_version": 3, "solution": true}
+def bpe_train(word_freqs: dict[str, int], num_merges: int) -> list[tuple[str, str]]:
+    """Learn up to num_merges BPE merges from word counts.
+
+    Words start as their characters plus a final "</w>" symbol. Each step merges the
+    adjacent pair with the largest count (summed over words, weighted by frequency;
+    ties to the lexicographically smallest pair) in every word, left to right.
+    Returns the merges in the order learned, as (left, right) tuples.
+    """
+    ### BEGIN SOLUTION
+    words = {tuple(w) + ("</w>",): f for w, f in word_freqs.items()}
+    merges = []
+    for _ in range(num_merges):
+        counts = Counter()
+        for symbols, f in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                counts[pair] += f
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        words = {merge_pair(symbols, best): f for symbols, f in words.items()}
+    return merges
+    ### END SOLUTION
+
+
+# %% [markdown]
+# Encoding a word replays the merges: among the adjacent pairs of the
+# current symbols, merge the one learned earliest, and repeat until no pair
+# is a learned merge.
+
+# %% nbgrader={"grade": false, "grade_id": "bpe_encode", "locked": false, "schema_version": 3, "solution": true}
+def bpe_encode(word: str, merges: list[tuple[str, str]]) -> list[str]:
+    """Encode a word: its characters plus "</w>", then repeatedly merge (everywhere, left
+    to right) the adjacent pair of lowest rank (earliest in merges) until none is left.
+    """
+    ### BEGIN SOLUTION
+    rank = {tuple(p): r for r, p in enumerate(merges)}
+    symbols = tuple(word) + ("</w>",)
+    while True:
+        ranked = [(rank[p], p) for p in zip(symbols, symbols[1:]) if p in rank]
+        if not ranked:
+            return list(symbols)
+        symbols = merge_pair(symbols, min(ranked)[1])
+    ### END SOLUTION
+
+
+# %%
+corpus = {"low": 5, "lower": 2, "newest": 6, "widest": 3}  # Sennrich et al.'s example
+merges = bpe_train(corpus, 10)
+print(merges[:4])  # [('e', 's'), ('es', 't'), ('est', '</w>'), ('l', 'o')]
+print(bpe_encode("lowest", merges))  # ['low', 'est</w>']
+print(bpe_encode("newer", merges))   # ['new', 'e', 'r', '</w>']
+
+# %% [markdown]
+# ### BART's noising functions
+#
+# **Text infilling.** We fix one precise version of BART's rule so that it
+# can be graded. With $n$ tokens, the budget is $k = \mathrm{round}(0.3\,n)$
+# masked tokens. Draw span lengths $\ell_1, \ell_2, \dots \sim
+# \mathrm{Poisson}(\lambda)$ until they add up to at least $k$, and shorten
+# the last one so they add up to exactly $k$ (lengths 0 are kept: they
+# become inserted `[MASK]`s). The $n-k$ kept tokens leave $n-k+1$ gaps
+# (before the first, between two, after the last); put the spans, in order,
+# into distinct gaps chosen uniformly at random. Each span, whatever its
+# length, becomes one `mask_id`. So no two masks are ever adjacent, and each
+# mask stands for one span. (fairseq's implementation differs in details,
+# for example how it handles the end of the budget.)
+#
+# **Sentence permutation.** Split the token list after every end-of-sentence
+# id (a trailing piece without one is a sentence too), shuffle the sentences
+# uniformly at random and concatenate.
+
+# %% nbgrader={"grade": false, "grade_id": "text_infilling", "locked": false, "schema_version": 3, "solution": true}
+def text_infilling(tokens: list[int], mask_id: int, mask_ratio: float = 0.3,
+                   poisson_lambda: float = 3.0, generator: torch.Generator | None = None) -> list[int]:
+    """BART's text infilling (the variant of the text above).
+
+    k = round(mask_ratio * len(tokens)) tokens are masked, in spans whose lengths are
+    drawn from Poisson(poisson_lambda) until they reach k (the last one shortened so the
+    total is exactly k; zero-length spans kept). The spans go, in order, into distinct
+    gaps between the kept tokens chosen uniformly at random; each span becomes a single
+    mask_id. Returns a new list of ints. Raises ValueError if there are more spans than gaps.
+    """
+    ### BEGIN SOLUTION
+    n = len(tokens)
+    budget = round(mask_ratio * n)
+    rate = torch.tensor([float(poisson_lambda)])
+    lengths = []
+    while sum(lengths) < budget:
+        lengths.append(int(torch.poisson(rate, generator=generator)))
+    if lengths:
+        lengths[-1] -= sum(lengths) - budget
+    kept = n - budget
+    if len(lengths) > kept + 1:
+        raise ValueError(f"{len(lengths)} spans do not fit in {kept + 1} gaps")
+    gaps = sorted(torch.randperm(kept + 1, generator=generator)[:len(lengths)].tolist())
+    span_at = dict(zip(gaps, lengths))  # gap index -> span length
+    out, pos = [], 0
+    for gap in range(kept + 1):
+        if gap in span_at:
+            out.append(mask_id)
+            pos += span_at[gap]
+        if gap < kept:
+            out.append(int(tokens[pos]))
+            pos += 1
+    return out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "sentence_permutation", "locked": false, "schema_version": 3, "solution": true}
+def sentence_permutation(tokens: list[int], eos_id: int,
+                         generator: torch.Generator | None = None) -> list[int]:
+    """BART's sentence permutation: split after every eos_id (a trailing piece without one
+    is a sentence too), shuffle the sentences uniformly at random, concatenate.
+    Returns a new list of ints.
+    """
+    ### BEGIN SOLUTION
+    sentences, current = [], []
+    for t in tokens:
+        current.append(int(t))
+        if t == eos_id:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    return [t for i in order for t in sentences[i]]
+    ### END SOLUTION
+
+
+# %%
+MASK_ID, EOS_ID = 99, 0
+doc = [11, 12, 13, 0, 21, 22, 0, 31, 32, 33, 34, 0]
+print(text_infilling(list(range(1, 21)), MASK_ID, generator=torch.Generator().manual_seed(0)))
+# 14 kept tokens and a few 99s, each 99 standing for a span of 0 or more tokens
+print(sentence_permutation(doc, EOS_ID, generator=torch.Generator().manual_seed(0)))
+# the three sentences, each ending in 0, in a shuffled order
+
+# %% [markdown]
+# ### T5's span corruption
+#
+# Also made precise: with $n \ge 2$ tokens, $k = \mathrm{round}(0.15\,n)$
+# noise tokens (at least 1, at most $n-1$), in $m = \max(1,
+# \mathrm{round}(k/3))$ spans (at most $n-k+1$), each of at least one token.
+# The noise tokens are split into $m$ positive span lengths and the kept
+# tokens into $m+1$ runs (the first and last may be empty, the inner ones
+# not, so spans never touch), both uniformly among such splits; kept runs
+# and spans alternate. The input replaces span $j$ by sentinel $j$; the
+# target is sentinel 0, span 0, sentinel 1, span 1, ..., and a final
+# sentinel $m$. (T5's own code draws the same kind of split but always
+# starts with a kept run.)
+
+# %% nbgrader={"grade": false, "grade_id": "t5_span_corruption", "locked": false, "schema_version": 3, "solution": true}
+def t5_span_corruption(tokens: list[int], sentinel_ids: list[int], noise_density: float = 0.15,
+                       mean_span_length: float = 3.0, generator: torch.Generator | None = None
+                       ) -> tuple[list[int], list[int]]:
+    """T5's span corruption (the variant of the text above). Returns (inputs, targets), lists
+    of ints: inputs = the kept tokens with span j replaced by sentinel_ids[j]; targets =
+    sentinel_ids[0], span 0, sentinel_ids[1], span 1, ..., sentinel_ids[m]. Needs
+    len(tokens) >= 2; raises ValueError if sentinel_ids has fewer than m + 1 ids.
+    """
+    ### BEGIN SOLUTION
+    n = len(tokens)
+    n_noise = min(max(round(noise_density * n), 1), n - 1)
+    n_spans = min(max(1, round(n_noise / mean_span_length)), n - n_noise + 1)
+    if len(sentinel_ids) < n_spans + 1:
+        raise ValueError(f"{n_spans} spans need {n_spans + 1} sentinels")
+
+    def split(total: int, parts: int) -> list[int]:  # uniform split into positive parts
+        cuts = sorted((torch.randperm(total - 1, generator=generator)[:parts - 1] + 1).tolist())
+        return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+    noise = split(n_noise, n_spans)
+    spare = n - n_noise - (n_spans - 1)  # kept tokens beyond one per inner run
+    kept = [k - 1 for k in split(spare + n_spans + 1, n_spans + 1)]  # m + 1 runs, may be 0
+    kept = [k + (0 < j < n_spans) for j, k in enumerate(kept)]
+    inputs, targets, pos = [], [], 0
+    for j in range(n_spans + 1):
+        inputs += [int(t) for t in tokens[pos:pos + kept[j]]]
+        pos += kept[j]
+        targets.append(sentinel_ids[j])
+        if j < n_spans:
+            inputs.append(sentinel_ids[j])
+            targets += [int(t) for t in tokens[pos:pos + noise[j]]]
+            pos += noise[j]
+    return inputs, targets
+    ### END SOLUTION
+
+
+# %%
+words = "thank you for inviting me to your party last week".split()
+sentinels = [100, 101, 102, 103]
+names = {i: w for i, w in enumerate(words)} | {s: f"<X{j}>" for j, s in enumerate(sentinels)}
+inp, tgt = t5_span_corruption(list(range(10)), sentinels, generator=torch.Generator().manual_seed(3))
+print(" ".join(names[t] for t in inp))  # the sentence with one span replaced by <X0>
+print(" ".join(names[t] for t in tgt))  # <X0> the dropped words <X1>
+
+# %% [markdown]
+# ## Check
+#
+# The checks below the implementations ran on tiny inputs. Two more
+# properties matter for the experiment: the masking rule's proportions on a
+# larger sample, and that T5's input and target together give back the
+# original text.
+
+# %%
+def t5_restore(inputs: list[int], targets: list[int], sentinel_ids: list[int]) -> list[int]:
+    """Undo span corruption: replace each sentinel in `inputs` by its span from `targets`."""
+    spans, current = {}, None
+    for t in targets:
+        if t in sentinel_ids:
+            current = t
+            spans[current] = []
+        else:
+            spans[current].append(t)
+    return [u for t in inputs for u in (spans[t] if t in sentinel_ids else [t])]
+
+
+g = torch.Generator().manual_seed(0)
+for n in [2, 5, 40, 300]:
+    toks = list(range(n))
+    inp, tgt = t5_span_corruption(toks, list(range(1000, 1200)), generator=g)
+    assert t5_restore(inp, tgt, list(range(1000, 1200))) == toks
+sel = labels != -100
+print("random part", ((inputs[sel] != 3) & (inputs[sel] != x[sel])).float().mean().item())  # ~0.1
+print("T5 round trip ok")
+
+# %% [markdown]
+# ## Experiment
+#
+# ### The data
+#
+# `attnkit.tagged_docs` generates documents of short sentences. Each
+# document has a topic (eight filler words) and three names, each with a
+# type that holds for the whole document: person (PER), place (LOC) or
+# organisation (ORG). The same name is a person in one document and a place
+# in another, so the tag of a name can only be read from a cue word up to
+# three words away, before it (*mr*, *visited*, *shares*, ...) or after it
+# (*said*, *flooded*, *inc*, ...). The words are the tokens (a word-level
+# vocabulary of {glue:text}`ch06_vocab_size` words, specials included): the
+# tokenizers above are not needed for a vocabulary this small.
+#
+# ### The model
+#
+# A tiny BERT: your `BertEmbeddings` and 6 post-norm Transformer encoder
+# layers (PyTorch's `nn.TransformerEncoderLayer`: $d_\text{model} = 64$, 4
+# heads, feed-forward width 128, GELU, dropout 0.1), an MLM head (linear,
+# GELU, LayerNorm, linear to the vocabulary) and an NSP head (linear and
+# tanh on the `[CLS]` state, the "pooler", then linear to 2 classes). Every
+# linear and embedding weight is re-initialised from $\mathcal{N}(0, 0.02^2)$
+# as in BERT (biases 0), so the result does not depend on how your module
+# initialises itself. Pre-training: NSP pairs from your `nsp_pairs` over 1500
+# documents (redrawn every epoch), each pair packed by `bert_input`, masked
+# afresh at every step by `mlm_mask` (dynamic masking, as RoBERTa), loss =
+# `mlm_loss` + the NSP cross-entropy, Adam with learning rate $10^{-3}$,
+# batch 64, gradient norm clipped at 1.0 (`TrainConfig`'s default), seed 0.
+#
+# We train two such models with the same seed and steps: one with BERT's
+# 80/10/10 rule, and one where every selected token becomes `[MASK]`
+# (100/0/0), to measure what the rule does.
+
+# %% tags=["skip-grading", "hide-input"]
+import time
+
+from attnkit.glue import glue
+from attnkit.tagged_docs import CLS, MASK, PAD, SEP, TAGS, WORDS, documents, ids, tag_ids
+from attnkit.train import TrainConfig, train
+
+device = attnkit.pick_device()
+glue("ch06_vocab_size", len(WORDS))
+
+
+class TinyBert(nn.Module):
+    """Your BertEmbeddings, post-norm encoder layers, an MLM head and an NSP head."""
+
+    def __init__(self, vocab_size: int, d_model: int = 64, n_layers: int = 6, n_heads: int = 4,
+                 d_ff: int = 128, max_len: int = 64, dropout: float = 0.1):
+        super().__init__()
+        self.embed = BertEmbeddings(vocab_size, d_model, max_len, dropout=dropout)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, activation="gelu",
+                                       batch_first=True) for _ in range(n_layers))
+        self.mlm_head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(),
+                                      nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size))
+        self.nsp_head = nn.Sequential(nn.Linear(d_model, d_model), nn.Tanh(), nn.Linear(d_model, 2))
+        for m in self.modules():  # BERT's init, whatever BertEmbeddings did
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, input_ids, token_type_ids):
+        """All hidden states: a list of n_layers + 1 tensors (B, T, D), index 0 = embeddings."""
+        pad = input_ids == PAD  # (B, T); PyTorch's key padding mask: True = ignore
+        states = [self.embed(input_ids, token_type_ids)]
+        for layer in self.layers:
+            states.append(layer(states[-1], src_key_padding_mask=pad))
+        return states
+
+
+def pad_batch(rows: list[torch.Tensor]) -> torch.Tensor:
+    return nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD)
+
+
+def encode_pairs(pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """NSP pairs of (words, tags) sentences -> padded ids, segments and is_next labels."""
+    packed = [bert_input(ids(a[0]), ids(b[0]), cls_id=CLS, sep_id=SEP) for a, b, _ in pairs]
+    is_next = torch.tensor([n for _, _, n in pairs])
+    return pad_batch([p[0] for p in packed]), pad_batch([p[1] for p in packed]), is_next
+
+
+def special_positions(input_ids: torch.Tensor) -> torch.Tensor:
+    return (input_ids == PAD) | (input_ids == CLS) | (input_ids == SEP)
+
+
+gen = torch.Generator().manual_seed(0)
+pretrain_docs = documents(1500, seed=0)
+epochs = [encode_pairs(nsp_pairs(pretrain_docs, generator=gen)) for _ in range(3)]
+print(f"{len(pretrain_docs)} documents, {len(epochs[0][0])} NSP pairs an epoch, "
+      f"length up to {epochs[0][0].shape[1]}")
+
+# %% tags=["skip-grading", "hide-input"]
+BATCH, STEPS = 32, 600
+
+
+def pretrain(all_mask: bool, steps: int = STEPS, seed: int = 0) -> TinyBert:
+    """Pre-train a TinyBert with MLM + NSP; all_mask=True: every selected token becomes [MASK]."""
+    torch.manual_seed(seed)
+    model = TinyBert(len(WORDS)).to(device)
+    g = torch.Generator().manual_seed(seed)
+    per_epoch = len(epochs[0][0]) // BATCH
+
+    def loss_fn(step: int) -> torch.Tensor:
+        x, seg, nxt = epochs[(step // per_epoch) % len(epochs)]
+        rows = torch.randint(len(x), (BATCH,), generator=g)
+        x, seg, nxt = x[rows], seg[rows], nxt[rows]
+        x = x[:, :int((x != PAD).sum(1).max())]  # trim padding columns
+        seg = seg[:, :x.shape[1]]
+        inputs, labels = mlm_mask(x, MASK, len(WORDS), special_positions(x), generator=g)
+        if all_mask:
+            inputs = x.masked_fill(labels != -100, MASK)
+        inputs, seg, labels, nxt = inputs.to(device), seg.to(device), labels.to(device), nxt.to(device)
+        states = model(inputs, seg)
+        nsp_logits = model.nsp_head(states[-1][:, 0])
+        return mlm_loss(model.mlm_head(states[-1]), labels) + F.cross_entropy(nsp_logits, nxt)
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    # TrainConfig clips the gradient norm at 1.0 by default (clip=1.0)
+    train(model, loss_fn, TrainConfig(steps=steps, desc="80/10/10" if not all_mask else "100% [MASK]"),
+          optimizer=opt)
+    return model.eval()
+
+
+start = time.perf_counter()
+bert = pretrain(all_mask=False)
+bert_all_mask = pretrain(all_mask=True)
+print(f"pre-training both models took {time.perf_counter() - start:.0f} s on {device}")
+
+# %% [markdown]
+# ### Did pre-training work?
+#
+# On held-out documents, we measure MLM accuracy at masked positions (the
+# selected tokens that became `[MASK]`) and NSP accuracy.
+
+# %% tags=["skip-grading", "hide-input"]
+eval_gen = torch.Generator().manual_seed(1)
+eval_docs = documents(300, seed=1)
+eval_x, eval_seg, eval_next = encode_pairs(nsp_pairs(eval_docs, generator=eval_gen))
+
+
+@torch.no_grad()
+def pretrain_scores(model: TinyBert) -> tuple[float, float]:
+    """(MLM accuracy at [MASK] positions, NSP accuracy) on the held-out pairs."""
+    inputs, labels = mlm_mask(eval_x, MASK, len(WORDS), special_positions(eval_x),
+                              generator=torch.Generator().manual_seed(2))
+    masked = (labels != -100) & (inputs == MASK)
+    states = model(inputs.to(device), eval_seg.to(device))
+    pred = model.mlm_head(states[-1]).argmax(-1).cpu()
+    nsp = model.nsp_head(states[-1][:, 0]).argmax(-1).cpu()
+    return ((pred == eval_x)[masked].float().mean().item(),
+            (nsp == eval_next).float().mean().item())
+
+
+mlm_acc, nsp_acc = pretrain_scores(bert)
+glue("ch06_mlm_acc", 100 * mlm_acc)
+glue("ch06_nsp_acc", 100 * nsp_acc)
+print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, NSP accuracy {100 * nsp_acc:.1f}%")
+
+# %% [markdown]
+# The 80/10/10 model restores {glue:text}`ch06_mlm_acc:.1f`% of the masked
+# tokens (many of them are filler words drawn at random from the document's
+# topic, which no model can guess exactly) and tells the true next sentence
+# from a random one {glue:text}`ch06_nsp_acc:.1f`% of the time (a random
+# sentence from another document rarely shares its names and topic words).
+#
+# ### Feature extraction: six choices of layers
+#
+# Now the encoder is frozen. Each tagging sentence is packed as
+# `[CLS] A [SEP]`, its hidden states are computed once, and
+# `combine_layers` builds the features of each word. A linear tagger per
+# feature choice (one layer to 4 tags; Adam, learning rate $10^{-2}$, 300
+# full-batch steps, seed 0) is trained on 1000 sentences and scored on 500
+# others by micro F1 over the entity tags (a word counts as a true positive
+# when gold and predicted tags are the same entity type; O is not scored).
+# The lecture's tagger was a two-layer BiLSTM; a linear one cannot add
+# context of its own, so every bit of context has to come from the features.
+
+# %% tags=["skip-grading", "hide-input"]
+def tagging_set(n_docs: int, seed: int):
+    """Single sentences of fresh documents: padded ids, segments, tags (-100 at specials)."""
+    sents = [s for d in documents(n_docs, seed) for s in d]
+    packed = [bert_input(ids(w), cls_id=CLS, sep_id=SEP) for w, _ in sents]
+    tags = [torch.tensor([-100] + tag_ids(t) + [-100]) for _, t in sents]
+    tags = nn.utils.rnn.pad_sequence(tags, batch_first=True, padding_value=-100)
+    return pad_batch([p[0] for p in packed]), pad_batch([p[1] for p in packed]), tags
+
+
+def first(n: int, data):
+    return tuple(t[:n] for t in data)
+
+
+train_set, dev_set = first(1000, tagging_set(250, seed=10)), first(500, tagging_set(120, seed=11))
+
+
+@torch.no_grad()
+def features(model: TinyBert, data, strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen features of every word (N, D') and its tag (N,)."""
+    x, seg, tags = data
+    states = model(x.to(device), seg.to(device))
+    feats = combine_layers(states, strategy).cpu()  # (B, T, D')
+    words = tags != -100
+    return feats[words], tags[words]
+
+
+def entity_f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
+    """Micro F1 over the entity tags (tag 0 = O is not an entity)."""
+    tp = ((pred == gold) & (gold != 0)).sum().item()
+    precision = tp / max((pred != 0).sum().item(), 1)
+    recall = tp / max((gold != 0).sum().item(), 1)
+    return 2 * precision * recall / max(precision + recall, 1e-12)
+
+
+def probe_f1(model: TinyBert, strategy: str, steps: int = 300) -> float:
+    """Train a linear tagger on frozen features; dev F1 in percent."""
+    (f_train, y_train), (f_dev, y_dev) = (features(model, d, strategy) for d in (train_set, dev_set))
+    mean, std = f_train.mean(0), f_train.std(0) + 1e-6  # standardise each feature
+    torch.manual_seed(0)
+    tagger = nn.Linear(f_train.shape[1], len(TAGS))
+    opt = torch.optim.Adam(tagger.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = F.cross_entropy(tagger((f_train - mean) / std), y_train)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return 100 * entity_f1(tagger((f_dev - mean) / std).argmax(-1), y_dev)
+
+
+LECTURE = {"embedding": 91.0, "last": 94.9, "sum_all": 95.5, "second_to_last": 95.6,
+           "sum_last_four": 95.9, "concat_last_four": 96.1}
+ours = {}
+print(f"{'features':18s} {'lecture F1':>10s} {'our F1':>8s}")
+for strategy, lecture_f1 in LECTURE.items():
+    ours[strategy] = glue(f"ch06_f1_{strategy}", probe_f1(bert, strategy))
+    print(f"{strategy:18s} {lecture_f1:10.1f} {ours[strategy]:8.1f}")
+contextual = [s for s in LECTURE if s != "embedding"]
+glue("ch06_f1_best", max(ours[s] for s in contextual))
+glue("ch06_f1_worst_contextual", min(ours[s] for s in contextual))
+
+# %% [markdown]
+# | features | lecture F1 (BERT-base, CoNLL-2003) | our F1 (tiny BERT, generated tags) |
+# |---|---|---|
+# | first layer (embeddings) | 91.0 | {glue:text}`ch06_f1_embedding:.1f` |
+# | last hidden | 94.9 | {glue:text}`ch06_f1_last:.1f` |
+# | sum of all layers | 95.5 | {glue:text}`ch06_f1_sum_all:.1f` |
+# | second-to-last hidden | 95.6 | {glue:text}`ch06_f1_second_to_last:.1f` |
+# | sum of the last four | 95.9 | {glue:text}`ch06_f1_sum_last_four:.1f` |
+# | concat of the last four | 96.1 | {glue:text}`ch06_f1_concat_last_four:.1f` |
+#
+# RESULTS_TEXT
+#
+# ### Why 80/10/10: a probe on real tokens
+#
+# In use, BERT sees real tokens, never `[MASK]`. So we probe both models
+# without `[MASK]`: in held-out pairs, 15% of the non-special tokens are
+# replaced by random tokens, and the MLM head must give the original token
+# at every position. We report its accuracy at the replaced positions (it
+# must notice the token is wrong and correct it from context) and at the
+# untouched ones (it must recognise a real token as right), beside the
+# ordinary MLM accuracy at `[MASK]` positions.
+
+# %% tags=["skip-grading", "hide-input"]
+@torch.no_grad()
+def real_token_probe(model: TinyBert) -> tuple[float, float, float]:
+    """(accuracy at [MASK], at randomly replaced tokens, at untouched tokens), in percent."""
+    g = torch.Generator().manual_seed(3)
+    special = special_positions(eval_x)
+    replaced = (torch.rand(eval_x.shape, generator=g) < 0.15) & ~special
+    noise = torch.randint(5, len(WORDS), eval_x.shape, generator=g)  # real words, no specials
+    noisy = torch.where(replaced, noise, eval_x)
+    replaced &= noisy != eval_x
+    states = model(noisy.to(device), eval_seg.to(device))
+    right = model.mlm_head(states[-1]).argmax(-1).cpu() == eval_x
+    untouched = ~replaced & ~special
+    return 100 * pretrain_scores(model)[0], 100 * right[replaced].float().mean().item(), \
+        100 * right[untouched].float().mean().item()
+
+
+print(f"{'masking rule':14s} {'at [MASK]':>10s} {'at replaced':>12s} {'at untouched':>13s}")
+for name, model in [("80/10/10", bert), ("100% [MASK]", bert_all_mask)]:
+    at_mask, at_replaced, at_untouched = real_token_probe(model)
+    key = "801010" if model is bert else "allmask"
+    glue(f"ch06_probe_mask_{key}", at_mask)
+    glue(f"ch06_probe_replaced_{key}", at_replaced)
+    glue(f"ch06_probe_untouched_{key}", at_untouched)
+    print(f"{name:14s} {at_mask:10.1f} {at_replaced:12.1f} {at_untouched:13.1f}")
+glue("ch06_f1_allmask_last", probe_f1(bert_all_mask, "last"))
+
+# %% [markdown]
+# | masking rule | at `[MASK]` | at replaced tokens | at untouched tokens |
+# |---|---|---|---|
+# | 80/10/10 | {glue:text}`ch06_probe_mask_801010:.1f` | {glue:text}`ch06_probe_replaced_801010:.1f` | {glue:text}`ch06_probe_untouched_801010:.1f` |
+# | 100% `[MASK]` | {glue:text}`ch06_probe_mask_allmask:.1f` | {glue:text}`ch06_probe_replaced_allmask:.1f` | {glue:text}`ch06_probe_untouched_allmask:.1f` |
+#
+# PROBE_TEXT
+
+# %% [markdown]
+# ## Summary
+#
+# * BERT is a Transformer encoder pre-trained as a denoising autoencoder:
+#   masked LM over 15% of the tokens (80% `[MASK]`, 10% random, 10%
+#   unchanged), plus next-sentence prediction on `[CLS] A [SEP] B [SEP]`
+#   with token, segment and position embeddings.
+# * The 10% random and 10% unchanged tokens keep the model honest about
+#   real tokens, which are all it sees after pre-training.
+# * One small layer fine-tunes it for pair classification, single-sentence
+#   classification, span QA (start and end vectors) and tagging; or its
+#   frozen layers serve as features, best taken from several top layers.
+# * WordPiece (greedy longest match, `##` continuations) and BPE (learned
+#   merges, replayed in order) give an open vocabulary of bounded size.
+# * RoBERTa trains the same model better (no NSP, dynamic masking, more
+#   data, bigger batches); BART denoises with an encoder-decoder (text
+#   infilling, sentence permutation); T5 casts everything as text to text and
+#   pre-trains with sentinel span corruption.
+#
+# ## Exercises
+#
+# 1. **Whole-word masking.** With WordPiece, `mlm_mask` can mask `##aff`
+#    while leaving `un` and `##able` visible, which makes the guess easy.
+#    Write a version that selects whole words. What changes in the 15%
+#    budget?
+# 2. **Fine-tuning vs. features.** Fine-tune the tiny BERT on the tagging
+#    task (all weights, a linear layer on top) and compare with the best
+#    frozen features. How many labelled sentences does each need?
+# 3. **Without NSP.** Pre-train with the MLM loss alone, as RoBERTa, and
+#    compare the tagging F1. Does NSP help this task?
+# 4. **BPE vs. WordPiece.** Train `bpe_train` on the word counts of the
+#    generated corpus with 50 merges and tokenize a few new words. Build a
+#    WordPiece vocabulary from the same pieces (mark continuation pieces with
+#    `##` and drop `</w>`): do the two tokenizers agree?
+# 5. **Span length.** Train a tiny BART-style denoiser with
+#    `text_infilling` for $\lambda = 1$ and $\lambda = 3$. Which one learns
+#    to predict the number of missing tokens?
+# 6. **Masking rate.** Repeat the pre-training with 5%, 15% and 40%
+#    masking. Which gives the best frozen features here?
+
+# %% [markdown]
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```
