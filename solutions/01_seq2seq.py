@@ -223,9 +223,11 @@ def sequence_log_prob(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
 
 
 # %%
-logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]]))  # (1, 3, 3)
-print(sequence_log_prob(logits, torch.tensor([[0, 1, 2]]), pad_id=9).exp())  # tensor([0.1600]) = .5*.8*.4
-print(sequence_log_prob(logits, torch.tensor([[1, 1, 0]]), pad_id=0).exp())  # tensor([0.2000]): .25*.8, pad out
+probs = torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]]])
+logits = probs.log()                                                     # (1, 3, 3)
+print(sequence_log_prob(logits, torch.tensor([[0, 1, 2]]), pad_id=9).exp())  # tensor([0.1600])
+print(sequence_log_prob(logits, torch.tensor([[1, 1, 0]]), pad_id=0).exp())  # tensor([0.2000])
+# .5 * .8 * .4 = .16; then .25 * .8 = .2, the pad at the end left out
 
 # %% [markdown]
 # ### Perplexity
@@ -247,7 +249,8 @@ def perplexity(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
 
 
 # %%
-print(perplexity(torch.zeros(2, 5, 7), torch.ones(2, 5, dtype=torch.long), pad_id=0))  # tensor(7.): uniform
+uniform = torch.zeros(2, 5, 7)                                          # (B, T, V): every token 1/7
+print(perplexity(uniform, torch.ones(2, 5, dtype=torch.long), pad_id=0))  # tensor(7.)
 print(perplexity(logits, torch.tensor([[0, 1, 2]]), pad_id=9))  # tensor(1.8420) = 0.16 ** (-1/3)
 
 # %% [markdown]
@@ -322,18 +325,23 @@ class ToyLM(nn.Module):
     def greedy(self, max_len: int, batch_size: int = 1) -> Tensor:
         return greedy_decode(self.step_fn, self.bos_id, self.eos_id, max_len, batch_size)
 
-    def sample(self, max_len: int, batch_size: int = 1, temperature: float = 1.0, seed: int = 0) -> Tensor:
+    def sample(self, max_len: int, batch_size: int = 1, temperature: float = 1.0,
+               seed: int = 0) -> Tensor:
         generator = torch.Generator(self.logits.device).manual_seed(seed)
         return sample_decode(self.step_fn, self.bos_id, self.eos_id, max_len, temperature,
                              batch_size, generator)
 
     def beam(self, beam_size: int, max_len: int, n_best: int = 1,
              length_norm: bool = True) -> list[tuple[list[int], float]]:
-        return beam_search(self.step_fn, self.bos_id, self.eos_id, beam_size, max_len, n_best, length_norm)
+        return beam_search(self.step_fn, self.bos_id, self.eos_id, beam_size, max_len, n_best,
+                           length_norm)
 
 
 def toy_table(rules: dict, V: int = 6, T: int = 4) -> Tensor:
-    """Logits (1, T, V, V) from {(step, last): {token: probability}}; other rows emit <eos> (id 2)."""
+    """Logits (1, T, V, V) from {(step, last): {token: probability}}.
+
+    Rows not named emit <eos> (id 2); tokens a row does not name get probability 1e-9.
+    """
     probs = torch.full((1, T, V, V), 1e-9)
     probs[..., 2] = 1.0
     for (step, last), dist in rules.items():
@@ -363,9 +371,10 @@ def sample_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, tempe
                   batch_size: int = 1, generator: torch.Generator | None = None) -> Tensor:
     """Ancestral sampling -> tokens (B, <=1+max_len) long, every row starting with bos_id.
 
-    Each step: probs = softmax(step_fn(prefixes) / temperature), next = torch.multinomial(probs, 1,
-    generator=generator); temperature == 0 takes the argmax. Rows that emitted eos_id are padded with
-    eos_id; stop early once every row has emitted it. The output lives on the log-probs' device.
+    Each step: probs = softmax(step_fn(prefixes) / temperature),
+    next = torch.multinomial(probs, 1, generator=generator); temperature == 0 takes the argmax.
+    Rows that emitted eos_id are padded with eos_id; stop early once every row has emitted it.
+    The output lives on the log-probs' device.
     """
     ### BEGIN SOLUTION
     ys = torch.full((batch_size, 1), bos_id, dtype=torch.long)                  # (B, 1)
@@ -388,8 +397,8 @@ def sample_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, tempe
 
 
 # %%
-print(counterexample.sample(max_len=5, batch_size=6, seed=0))  # six samples; rows end with <eos> = 2
-print(sample_decode(counterexample.step_fn, 1, 2, max_len=5, temperature=0))  # tensor([[1, 3, 5, 2]])
+print(counterexample.sample(max_len=5, batch_size=6, seed=0))  # six samples, each ending in 2
+print(sample_decode(counterexample.step_fn, 1, 2, max_len=5, temperature=0))  # [[1, 3, 5, 2]]
 
 # %% [markdown]
 # ### Greedy decoding
@@ -401,7 +410,8 @@ print(sample_decode(counterexample.step_fn, 1, 2, max_len=5, temperature=0))  # 
 # lives on the device of the log-probabilities.
 
 # %% nbgrader={"grade": false, "grade_id": "greedy_decode", "locked": false, "schema_version": 3, "solution": true}
-def greedy_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, batch_size: int = 1) -> Tensor:
+def greedy_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int,
+                  batch_size: int = 1) -> Tensor:
     """Greedy decoding -> tokens (B, <=1+max_len) long, every row starting with bos_id.
 
     step_fn(prefixes (N, t) long) -> log-probs (N, V). Append the argmax at every step; a row that
@@ -423,7 +433,7 @@ def greedy_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, batch
 
 
 # %%
-print(counterexample.greedy(max_len=5))  # tensor([[1, 3, 5, 2]]): "a c", probability 0.6 * 0.4 = 0.24
+print(counterexample.greedy(max_len=5))  # tensor([[1, 3, 5, 2]]): "a c", p = 0.6 * 0.4 = 0.24
 
 # %% [markdown]
 # ### Beam search
@@ -517,13 +527,15 @@ def brute_force(model: ToyLM, max_len: int) -> tuple[list[int], float]:
     for n in range(1, max_len + 1):
         for seq in itertools.product(range(2, 6), repeat=n):
             if 2 in seq[:-1] or (n < max_len and seq[-1] != 2):
-                continue                             # <eos> at the end only; unfinished only at max_len
-            log_p = sum(float(model.step_fn(torch.tensor([[1, *seq[:t]]]))[0, seq[t]]) for t in range(n))
+                continue              # <eos> at the end only; unfinished only at max_len
+            log_p = sum(float(model.step_fn(torch.tensor([[1, *seq[:t]]]))[0, seq[t]])
+                        for t in range(n))
             best = max(best, (list(seq), log_p), key=lambda r: r[1])
     return best
 
 
-print(every[0][0] == brute_force(toy, 3)[0], abs(every[0][1] - brute_force(toy, 3)[1]) < 1e-6)  # True True
+exact = brute_force(toy, 3)
+print(every[0][0] == exact[0], abs(every[0][1] - exact[1]) < 1e-6)  # True True
 
 # %% [markdown]
 # ## Experiment
@@ -567,8 +579,9 @@ lm = GRULanguageModel(len(lm_vocab), emb=32, hid=64).to(device)
 def lm_loss(step: int) -> Tensor:
     """Next-character cross-entropy on a random batch, pads ignored."""
     batch = LM_TRAIN[torch.randint(len(LM_TRAIN), (64,), generator=lm_gen).to(device)]  # (B, T)
-    logits = lm(batch[:, :-1])                                                          # (B, T-1, V)
-    return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), ignore_index=lm_vocab.pad_id)
+    logits = lm(batch[:, :-1])                                              # (B, T-1, V)
+    return F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(),
+                           ignore_index=lm_vocab.pad_id)
 
 
 lm_losses = train(lm, lm_loss, TrainConfig(steps=300, lr=3e-3, clip=1.0, desc="GRU LM"))
@@ -645,7 +658,7 @@ class Seq2Seq(nn.Module):
         return torch.cat([last[0], last[1]], -1)              # (B, 2hid)
 
     def decode(self, c: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced decoder: c (B, 2hid), tgt_in (B, T) starting with <bos> -> logits (B, T, V)."""
+        """Teacher forcing: c (B, 2hid), tgt_in (B, T) from <bos> -> logits (B, T, V)."""
         B, T = tgt_in.shape
         ctx = c.unsqueeze(1).expand(B, T, c.shape[-1])                        # (B, T, 2hid)
         s0 = torch.tanh(self.init_state(c)).unsqueeze(0)                      # (1, B, hid)
@@ -780,8 +793,8 @@ def run_beam(k: int, n_best: int, norm: bool) -> dict:
     """Beam search on the sweep strings: mean log-likelihood, exact match, mean length."""
     outputs, log_liks = [], []
     for i in range(SWEEP):
-        (tokens, score), *_ = beam_search(model.step_fn(sweep_c[i:i + 1]), vocab.bos_id, vocab.eos_id,
-                                          k, 12, n_best, norm)
+        step_fn = model.step_fn(sweep_c[i:i + 1])
+        (tokens, score), *_ = beam_search(step_fn, vocab.bos_id, vocab.eos_id, k, 12, n_best, norm)
         log_liks.append(score * len(tokens) if norm else score)
         outputs.append(vocab.decode(tokens))
     return {"loglik": sum(log_liks) / SWEEP, "em": 100 * exact_match(outputs, sweep_tgt),
@@ -805,7 +818,8 @@ for row, series in enumerate(({("k", False): "o-", ("k", True): "s--"}, {("1", T
                     color=f"C{(nb == '1') * 2 + norm}")
     axes[row, 2].axhline(ref_len, color="k", lw=0.8, ls="--", label="reference")
     axes[row, 2].legend(fontsize=7)
-for ax, title in zip(axes.flat, ["mean log p(output | x)", "exact match (%)", "mean output length"] * 2):
+titles = ["mean log p(output | x)", "exact match (%)", "mean output length"] * 2
+for ax, title in zip(axes.flat, titles):
     ax.set_xscale("log", base=2), ax.set_xticks(BEAMS, BEAMS), ax.set_xlabel("beam size k")
     ax.set_title(title, fontsize=9)
 fig.tight_layout()
@@ -838,7 +852,7 @@ _ = glue("ch01_ref_len", ref_len)
 #   answer, and where the model is wrong, a more probable output under the
 #   same wrong model is rarely the right one. Larger beams often do not
 #   help accuracy; in translation, too, the gains of beam search are small
-#   and they shrink or reverse for very wide beams {cite}`wu2016gnmt`.
+#   and quality falls again for very wide beams {cite}`koehn2017six`.
 # * **Length.** Without normalisation, the $k = 16$ outputs have mean length
 #   {glue:text}`ch01_len_k16_raw:.2f` characters; with it,
 #   {glue:text}`ch01_len_k16_norm:.2f`; the references
@@ -865,10 +879,12 @@ _ = glue("ch01_ref_len", ref_len)
 # token the long one wins, $-1.01 / 4 = -0.25$ against $-0.60 / 2 = -0.30$.
 
 # %%
-length_toy = ToyLM(toy_table({(0, 1): {3: 0.55, 4: 0.45}, (1, 3): {2: 1.0}, (1, 4): {5: 0.9, 6: 0.1},
-                              (2, 5): {5: 0.9, 6: 0.1}, (3, 5): {2: 1.0}}, V=7, T=5))
+length_toy = ToyLM(toy_table({(0, 1): {3: 0.55, 4: 0.45}, (1, 3): {2: 1.0},
+                              (1, 4): {5: 0.9, 6: 0.1}, (2, 5): {5: 0.9, 6: 0.1}, (3, 5): {2: 1.0}},
+                             V=7, T=5))
 for norm in (False, True):
-    print(f"length_norm={norm}:", [(t, round(s, 3)) for t, s in length_toy.beam(2, 6, n_best=2, length_norm=norm)])
+    two_best = length_toy.beam(2, 6, n_best=2, length_norm=norm)
+    print(f"length_norm={norm}:", [(t, round(s, 3)) for t, s in two_best])
 # length_norm=False: [([3, 2], -0.598), ([4, 5, 5, 2], -1.009)]
 # length_norm=True: [([4, 5, 5, 2], -0.252), ([3, 2], -0.299)]
 
@@ -896,7 +912,8 @@ def draw_beam_tree(source: str, k: int = 3, n_pruned: int = 2):
     with torch.no_grad():
         c = model.encode(vocab.encode_batch([source]).to(device))
     calls: list = []
-    best = beam_search(recorded(model.step_fn(c), calls), vocab.bos_id, vocab.eos_id, k, 12, k, False)
+    step_fn = recorded(model.step_fn(c), calls)
+    best = beam_search(step_fn, vocab.bos_id, vocab.eos_id, k, 12, k, False)
     score = {(vocab.bos_id,): 0.0}
     fig, ax = plt.subplots(figsize=(12, 4.5))
     pos = {(vocab.bos_id,): (0, 0.0)}
@@ -907,7 +924,8 @@ def draw_beam_tree(source: str, k: int = 3, n_pruned: int = 2):
                  for i, p in enumerate(prefixes) for v in range(log_probs.shape[1])]
         cands.sort(key=lambda c: -c[0])
         kept = cands[:k]
-        pruned = [c for p in prefixes for c in cands[k:] if c[1][:-1] == tuple(p)][:n_pruned * len(prefixes)]
+        pruned = [c for p in prefixes for c in cands[k:] if c[1][:-1] == tuple(p)]
+        pruned = pruned[:n_pruned * len(prefixes)]
         shown = kept + pruned
         for rank, (s, hyp) in enumerate(shown):
             score[hyp] = s
@@ -915,7 +933,8 @@ def draw_beam_tree(source: str, k: int = 3, n_pruned: int = 2):
             pos[hyp] = (t, y)
             px, py = pos[hyp[:-1]]
             is_kept = rank < len(kept)
-            colour = ("lightgreen" if hyp[-1] == vocab.eos_id else "lightblue") if is_kept else "0.9"
+            finished = hyp[-1] == vocab.eos_id
+            colour = ("lightgreen" if finished else "lightblue") if is_kept else "0.9"
             ax.plot([px + 0.25, t - 0.25], [py, y], color="C0" if is_kept else "0.75", lw=1)
             label = "<eos>" if hyp[-1] == vocab.eos_id else vocab.itos[hyp[-1]]
             ax.text(t, y, f"{label} {s:.2f}", ha="center", va="center", fontsize=7,
