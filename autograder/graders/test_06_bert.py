@@ -204,8 +204,9 @@ def test_bert_input_pair(student, ref):
     a, b = [11, 12, 13, 14], [21, 22, 23]
     ids, seg = student.bert_input(a, b, cls_id=CLS, sep_id=SEP)
     want_ids, want_seg = ref.bert_input(a, b, cls_id=CLS, sep_id=SEP)
-    expect_close(ids, want_ids, "input_ids", mistakes={
-        "the final [SEP] is missing": want_ids[:-1]})
+    expect(not (isinstance(ids, torch.Tensor) and torch.equal(ids, want_ids[:-1])),
+           "input_ids looks like the result of a known mistake: the final [SEP] is missing")
+    expect_close(ids, want_ids, "input_ids")
     expect_close(seg, want_seg, "token_type_ids", mistakes={
         "segment ids off by one: the first [SEP] is put in segment 1": segments_variant(4, 3, 1, 1),
         "segment ids off by one: the final [SEP] is put in segment 0": segments_variant(4, 3, 0, 0),
@@ -381,7 +382,7 @@ def test_mlm_mask_random_ids(student, ref):
     rand = inputs[sel & (inputs != MASK) & (inputs != x)]
     expect(rand.numel() > 1000, "hardly any token was replaced by a random token")
     expect(int(rand.min()) >= 0 and int(rand.max()) < 200, "a random id falls outside [0, vocab_size)")
-    expect(len(rand.unique()) >= 190, "the random ids do not cover [0, vocab_size) uniformly")
+    expect(len(rand.unique()) >= 198, "the random ids do not cover [0, vocab_size) uniformly")
 
 
 @graded("mlm_mask", points=1, hint="Keep dtype long and the same shape for any batch size.")
