@@ -611,8 +611,9 @@ for temperature in (0.5, 1.0, 1.5):
 # The held-out perplexity is {glue:text}`ch01_lm_ppl:.2f` per character,
 # against {glue:text}`ch01_lm_vocab` for a uniform guess over the
 # vocabulary: after 300 steps the model hesitates between fewer than two
-# characters on average. Most of the hesitation is where the text really is
-# uncertain, at the start of every word of a random number. Of 200 samples,
+# characters on average. Part of that cannot be removed: the numbers are
+# random, so the first letters of each word are genuinely uncertain. Of 200
+# samples,
 # {glue:text}`ch01_valid_t5:.0f`% are correct number words at temperature
 # 0.5, {glue:text}`ch01_valid_t10:.0f`% at 1.0 and
 # {glue:text}`ch01_valid_t15:.0f`% at 1.5: the flatter the distribution,
