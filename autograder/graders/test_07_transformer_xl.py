@@ -8,7 +8,7 @@ import torch
 from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 # (qlen, klen) pairs: without memory (qlen == klen) and with memory (klen > qlen)
-SHAPES = [(1, 1), (1, 5), (2, 2), (3, 7), (4, 4), (5, 9), (6, 6), (7, 20), (8, 11), (12, 12), (3, 16)]
+SHAPES = [(3, 7), (5, 9), (4, 4), (1, 5), (2, 2), (6, 6), (7, 20), (8, 11), (12, 12), (3, 16), (1, 1)]
 
 
 # ---------------------------------------------------------------- helpers (trusted side only)
@@ -214,7 +214,7 @@ def test_update_memory_cuda(student, ref):
              "torch.ones(qlen, mlen + qlen, dtype=torch.bool).tril(mlen).")
 def test_xl_attention_mask(student, ref):
     """xl_attention_mask: is every memory slot visible and the current segment causal, for several sizes?"""
-    for qlen, mlen in [(1, 0), (4, 0), (3, 2), (2, 5), (5, 5), (1, 3)]:
+    for qlen, mlen in [(3, 2), (4, 0), (2, 5), (5, 5), (1, 3), (1, 0)]:
         want = ref.xl_attention_mask(qlen, mlen)
         ones = torch.ones(qlen, mlen + qlen, dtype=torch.bool)
         hidden_mem = want.clone()
@@ -385,8 +385,8 @@ def test_rel_attention_scores_cuda(student, ref):
 def test_permutation_masks(student, ref):
     """permutation_masks: do the content and query masks follow the ranks of the order, for several permutations?"""
     g = seeded(700)
-    perms = [torch.tensor([0]), torch.tensor([2, 0, 3, 1]), torch.arange(5), torch.arange(4).flip(0),
-             torch.randperm(7, generator=g), torch.randperm(9, generator=g)]
+    perms = [torch.randperm(7, generator=g), torch.randperm(9, generator=g), torch.tensor([2, 0, 3, 1]),
+             torch.arange(5), torch.arange(4).flip(0), torch.tensor([0])]
     for perm in perms:
         got = student.permutation_masks(perm)
         expect(isinstance(got, (tuple, list)) and len(got) == 2, "return a tuple (content, query)")
