@@ -53,8 +53,12 @@ def run_graders(plugin: GradingPlugin) -> None:
         pytest.main(args, plugins=[plugin])
 
 
-def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0) -> dict:
-    """Grade one notebook in a fresh student process of `sandbox`; return its results.json object."""
+def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0,
+                     only: str | None = None) -> dict:
+    """Grade one notebook in a fresh student process of `sandbox`; return its results.json object.
+
+    `only`: run just the tests of that graded function (the scores then cover those tests only).
+    """
     started = time.monotonic()
     try:
         sub = read_submission(path, chapter)
@@ -66,7 +70,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     if sub.chapter not in chapters():
         return bad_result(f"there are no graders for chapter {sub.chapter!r} "
                           f"(chapters: {', '.join(chapters())})", sub.chapter, time.monotonic() - started)
-    plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed)
+    plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only)
     try:
         run_graders(plugin)
         report = plugin.student().report or {}
