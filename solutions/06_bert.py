@@ -574,7 +574,7 @@ corpus = {"low": 5, "lower": 2, "newest": 6, "widest": 3}  # Sennrich et al.'s e
 merges = bpe_train(corpus, 10)
 print(merges[:4])  # [('e', 's'), ('es', 't'), ('est', '</w>'), ('l', 'o')]
 print(bpe_encode("lowest", merges))  # ['low', 'est</w>']
-print(bpe_encode("newer", merges))   # ['new', 'e', 'r', '</w>']
+print(bpe_encode("newer", merges))   # ['n', 'ew', 'e', 'r', '</w>']
 
 # %% [markdown]
 # ### BART's noising functions
