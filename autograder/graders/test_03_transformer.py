@@ -688,6 +688,25 @@ def test_transformer_logits(student, ref):
         })
 
 
+@graded("Transformer", points=1,
+        hint="Draw both embedding tables from N(0, 1/d_model): nn.init.normal_(table.weight, std=d_model ** -0.5), "
+             "so that embed * sqrt(d_model) has entries of size ~1 like the positional encoding.")
+def test_transformer_embedding_init(student, ref):
+    """Transformer: are both embedding tables initialised with std d_model**-0.5, as the docstring says?"""
+    for d_model in (64, 256):
+        res = student.module("Transformer", init_args=(500, 400, d_model, 4, 2 * d_model, 1), method="state_dict",
+                             grad=False)
+        expect(isinstance(res.value, dict) and "src_embed.weight" in res.value and "tgt_embed.weight" in res.value,
+               "the state_dict should hold src_embed.weight and tgt_embed.weight")
+        for name in ("src_embed.weight", "tgt_embed.weight"):
+            w = res.value[name].double()
+            std, want = float(w.std()), d_model ** -0.5
+            expect(abs(float(w.mean())) < 0.2 * want and abs(std / want - 1) < 0.1,
+                   f"{name} with d_model={d_model} has mean {float(w.mean()):.3g} and std {std:.3g}; "
+                   f"the docstring asks for N(0, 1/d_model), std {want:.3g}"
+                   + (" (this is nn.Embedding's default N(0, 1))" if abs(std - 1) < 0.1 else ""))
+
+
 @graded("Transformer", points=1, hint="The logits at position t must not depend on target tokens after t (causal mask).")
 def test_transformer_causal(student, ref):
     """Transformer: are the logits at position t unchanged when later target tokens change?"""

@@ -241,6 +241,20 @@ class Transformer(Transformer):
     def forward(self, src, tgt):
         return self.decode(tgt, self.encode(src, None), None)
 '''),
+    Mistake("Transformer", "embeddings keep nn.Embedding's default N(0, 1) init", """
+class Transformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, std=1.0)
+""", feedback="nn.Embedding's default"),
+    Mistake("Transformer", "embedding std 1/d_model instead of d_model**-0.5", """
+class Transformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, std=1.0 / self.d_model)
+""", feedback="N(0, 1/d_model)"),
     # ------------------------------------------------------------ decoding
     Mistake("transformer_greedy_decode", "argmax of the first position", '''
 @torch.no_grad()
