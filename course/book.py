@@ -16,12 +16,22 @@ from nbclient import NotebookClient
 from course.exercises import ROOT, SOLUTIONS, chapters, clear_solutions, read_solution, render
 
 PAGES = ROOT / "book" / "chapters"
-REPO = "attention-course/attention-course"  # GitHub owner/name, also in _config.yml
+
+
+def repository_url() -> str:
+    """The public repository's address: `repository.url` in _config.yml, its one setting."""
+    import yaml
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return config["repository"]["url"].rstrip("/")
+
+
+REPO = repository_url().removeprefix("https://github.com/")  # GitHub owner/name
+# The badge images are served by the book itself (book/_static), so they show offline.
 BADGES = """\
 ```{{admonition}} Work through this chapter
 :class: tip
-[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/{repo}/blob/main/exercises/{chapter}.ipynb)
-[![Binder](https://mybinder.org/badge_logo.svg)](https://mybinder.org/v2/gh/{repo}/main?labpath=exercises%2F{chapter}.ipynb)
+[![Open in Colab](../_static/colab-badge.svg)](https://colab.research.google.com/github/{repo}/blob/main/exercises/{chapter}.ipynb)
+[![Binder](../_static/binder-badge.svg)](https://mybinder.org/v2/gh/{repo}/main?labpath=exercises%2F{chapter}.ipynb)
 [Download the exercise notebook](https://raw.githubusercontent.com/{repo}/main/exercises/{chapter}.ipynb)
 
 The code cells below are the exercise notebook: each `raise NotImplementedError()` is yours to
@@ -31,10 +41,44 @@ Cells that train or draw are tagged `skip-grading`; the autograder does not run 
 """
 
 
+# Pinned packages whose versions change what an executed page shows (the kernel's numbers,
+# figures, the clearing of solutions). Book-only tools (jupyter-book, playwright...) are left out.
+RUNTIME_PINS = ("torch", "numpy", "matplotlib", "tqdm", "nbclient", "ipykernel", "jupytext", "nbgrader")
+
+
+def runtime_pins() -> str:
+    """The `name==version` lines of requirements.txt for RUNTIME_PINS, comments dropped."""
+    pins = []
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        spec = line.split("#")[0].strip()
+        if spec.split("==")[0] in RUNTIME_PINS:
+            pins.append(spec)
+    return "\n".join(sorted(pins))
+
+
 def source_hash(chapter: str) -> str:
-    """A hash of what the page depends on: the chapter and the attnkit modules it imports."""
+    """A hash of what the executed page depends on: the chapter, the attnkit modules it imports,
+    the code that executes and clears it (course/exercises.py) and the runtime pins.
+    Not references.bib nor the badges: they do not change the executed notebook."""
     from course.deps import digest
-    return digest([SOLUTIONS / f"{chapter}.py"])
+    inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py"])
+    return hashlib.sha256(f"{inner}\n{runtime_pins()}".encode()).hexdigest()[:16]
+
+
+def _badge_cell(chapter: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_markdown_cell(BADGES.format(repo=REPO, chapter=chapter))
+    cell.id = "badges"
+    return cell
+
+
+def _refresh_badges(path: Path, chapter: str) -> None:
+    """Rewrite a cached page's badge cell if the repository or the template changed (no execution)."""
+    nb = nbformat.read(path, as_version=4)
+    fresh = _badge_cell(chapter)
+    for i, cell in enumerate(nb.cells):
+        if cell.get("id") == "badges" and cell.source != fresh.source:
+            nb.cells[i] = fresh
+            path.write_text(render(nb))
 
 
 def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookNode:
@@ -53,13 +97,13 @@ def build_page(chapter: str, force: bool = False) -> Path:
     if path.exists() and not force:
         old = nbformat.read(path, as_version=4)
         if old.metadata.get("course", {}).get("source_hash") == digest:
+            _refresh_badges(path, chapter)
             print(f"{chapter}: up to date")
             return path
     started = time.monotonic()
     nb = clear_solutions(execute(read_solution(chapter)), keep_outputs=True)
     nb.metadata["course"]["source_hash"] = digest
-    badge = nbformat.v4.new_markdown_cell(BADGES.format(repo=REPO, chapter=chapter))
-    badge.id = "badges"
+    badge = _badge_cell(chapter)
     title_at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
     nb.cells.insert(title_at + 1, badge)
     path.write_text(render(nb))
