@@ -1,0 +1,80 @@
+"""Do the book's sources read well and link right: short code lines, known citations, one address?"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.py"))
+PAGES_MD = sorted((ROOT / "book").glob("*.md"))
+MAX_LINE = 100
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]*)`")
+BIB_KEY = re.compile(r"^\s*@\w+\s*\{\s*([^,\s]+)\s*,", re.M)
+INSTALL = re.compile(r'repo = "([^"]+)"\s*# _config.yml: repository.url')
+
+
+def code_lines(path: Path):
+    """(line number, text) of every line inside a code cell of a jupytext percent file."""
+    in_code = False
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("# %%"):
+            in_code = "[markdown]" not in line and "[md]" not in line
+            continue
+        if in_code:
+            yield n, line
+
+
+def repository_url() -> str:
+    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rstrip("/")
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page(path):
+    long = [f"{path.name}:{n}: {len(line)} characters" for n, line in code_lines(path)
+            if len(line) > MAX_LINE]
+    assert not long, f"code lines over {MAX_LINE} characters overflow their box on the page:\n" + \
+        "\n".join(long)
+
+
+def bib_keys() -> set[str]:
+    return set(BIB_KEY.findall((ROOT / "references.bib").read_text()))
+
+
+def test_bibliography_has_no_duplicate_keys():
+    keys = BIB_KEY.findall((ROOT / "references.bib").read_text())
+    assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+
+
+@pytest.mark.parametrize("path", SOLUTIONS + PAGES_MD, ids=lambda p: p.name)
+def test_every_citation_is_in_references_bib(path):
+    known = bib_keys()
+    cited = {k.strip() for group in CITE.findall(path.read_text()) for k in group.split(",")}
+    unknown = sorted(k for k in cited if k and k not in known)
+    assert not unknown, f"{path.name} cites keys missing from references.bib: {unknown}"
+
+
+def test_unknown_citation_is_caught():
+    assert CITE.findall("see {cite:t}`a, b` and {cite}`c`") == ["a, b", "c"]
+
+
+def test_repository_url_is_a_github_address():
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", repository_url())
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_colab_setup_cell_installs_from_the_configured_repository(path):
+    found = INSTALL.findall(path.read_text())
+    assert found, f"{path.name}: no Colab set-up cell (repo = \"...\"  # _config.yml: repository.url)"
+    assert set(found) == {repository_url()}, f"{path.name} installs from {found}, _config.yml says " \
+        f"{repository_url()}"
+
+
+def test_badges_use_the_configured_repository():
+    from course import book
+    assert f"https://github.com/{book.REPO}" == repository_url()
+    text = book.BADGES.format(repo=book.REPO, chapter="99_x")
+    assert "exercises/99_x.ipynb" in text and "](../_static/" in text
+    assert "colab-badge.svg" in text and (ROOT / "book" / "_static" / "colab-badge.svg").exists()
