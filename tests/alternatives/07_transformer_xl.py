@@ -56,6 +56,12 @@ def rel_attention_scores(q, k, r, u, v):
     return (content + rel_shift(position)) * q.size(-1) ** -0.5
 
 
+def permutation_masks(perm):
+    order = torch.argsort(perm)                                  # order[p] = step of position p
+    before = order.unsqueeze(0) < order.unsqueeze(1)
+    return before | torch.eye(perm.numel(), dtype=torch.bool, device=perm.device), before
+
+
 class RelMultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
