@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup exercises book pages test test-notebooks test-fast check-sync bench clean
+.PHONY: setup exercises book pages test test-book test-notebooks test-fast check-sync bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,9 @@ book: pages        ## the executed book, offline, into _build/html
 	$(PY) -m course check-leaks _build/html exercises
 	@echo "the book is in _build/html/index.html"
 
+test-book: setup   ## the built book in Chromium, offline: every page of _toc.yml (screenshots in _build/screenshots)
+	COURSE_BOOK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+
 check-sync: setup
 	$(PY) -m course check-sync
 
@@ -39,4 +42,4 @@ bench: setup       ## speed figures (printed, never asserted)
 	$(PY) benchmarks/bench_grade_one.py
 
 clean:
-	rm -rf _build book/chapters
+	rm -rf _build
