@@ -229,7 +229,8 @@ torch.manual_seed(0)
 # segment ids follow the rule above: the first `[SEP]` belongs to segment A.
 
 # %% nbgrader={"grade": false, "grade_id": "bert_input", "locked": false, "schema_version": 3, "solution": true}
-def bert_input(tokens_a, tokens_b=None, *, cls_id: int, sep_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def bert_input(tokens_a, tokens_b=None, *, cls_id: int,
+               sep_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pack one or two segments as `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`.
 
     tokens_a, tokens_b: token ids (a list of ints or a 1-D long tensor).
@@ -288,13 +289,15 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(dropout)
         ### END SOLUTION
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         ### BEGIN SOLUTION
         B, T = input_ids.shape
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         positions = torch.arange(T, device=input_ids.device)  # (T,)
-        x = self.token(input_ids) + self.segment(token_type_ids) + self.position(positions)  # (B, T, D)
+        x = self.token(input_ids) + self.segment(token_type_ids)  # (B, T, D)
+        x = x + self.position(positions)  # (B, T, D)
         return self.dropout(self.norm(x))
         ### END SOLUTION
 
@@ -303,7 +306,8 @@ class BertEmbeddings(nn.Module):
 emb = BertEmbeddings(vocab_size=20, d_model=8, max_len=16).eval()
 out = emb(ids[None], seg[None])
 print(out.shape)  # torch.Size([1, 8, 8])
-assert torch.allclose(out.mean(-1), torch.zeros(1, 8), atol=1e-5)  # LayerNorm's fresh gain 1, bias 0
+# LayerNorm's fresh gain 1 and bias 0: every position has mean 0
+assert torch.allclose(out.mean(-1), torch.zeros(1, 8), atol=1e-5)
 
 # %% [markdown]
 # ### The masking rule
@@ -349,7 +353,8 @@ special[:, 0] = special[:, -1] = True
 inputs, labels = mlm_mask(x, mask_id=3, vocab_size=1000, special_mask=special,
                           generator=torch.Generator().manual_seed(1))
 sel = labels != -100
-print(f"selected {sel.float().mean():.3f}, of which [MASK] {(inputs[sel] == 3).float().mean():.3f}, "
+print(f"selected {sel.float().mean():.3f}, "
+      f"of which [MASK] {(inputs[sel] == 3).float().mean():.3f}, "
       f"unchanged {(inputs[sel] == x[sel]).float().mean():.3f}")  # about 0.15, 0.80, 0.10
 assert not sel[special].any() and torch.equal(inputs[~sel], x[~sel])
 
@@ -378,7 +383,8 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 logits = torch.randn(2, 4, 10)
 lab = torch.tensor([[-100, 3, -100, -100], [7, -100, -100, -100]])
 print(mlm_loss(logits, lab))  # the mean of two cross-entropies
-assert torch.isclose(mlm_loss(logits, lab), F.cross_entropy(logits.reshape(-1, 10), lab.reshape(-1)))
+assert torch.isclose(mlm_loss(logits, lab),
+                     F.cross_entropy(logits.reshape(-1, 10), lab.reshape(-1)))
 assert mlm_loss(logits, torch.full((2, 4), -100)).item() == 0.0
 
 # %% [markdown]
@@ -468,7 +474,8 @@ for s in ["embedding", "last", "second_to_last", "sum_all", "sum_last_four", "co
 # vocabulary; pieces after the first carry `##`.
 
 # %% nbgrader={"grade": false, "grade_id": "wordpiece_tokenize", "locked": false, "schema_version": 3, "solution": true}
-def wordpiece_tokenize(word: str, vocab, unk_token: str = "[UNK]", max_chars: int = 100) -> list[str]:
+def wordpiece_tokenize(word: str, vocab, unk_token: str = "[UNK]",
+                       max_chars: int = 100) -> list[str]:
     """Greedy longest-match-first WordPiece: pieces after the first are looked up (and
     returned) with a "##" prefix. A word that cannot be covered, or that is longer than
     max_chars characters, is [unk_token] (one token for the whole word).
@@ -598,7 +605,8 @@ print(bpe_encode("newer", merges))   # ['n', 'ew', 'e', 'r', '</w>']
 
 # %% nbgrader={"grade": false, "grade_id": "text_infilling", "locked": false, "schema_version": 3, "solution": true}
 def text_infilling(tokens: list[int], mask_id: int, mask_ratio: float = 0.3,
-                   poisson_lambda: float = 3.0, generator: torch.Generator | None = None) -> list[int]:
+                   poisson_lambda: float = 3.0,
+                   generator: torch.Generator | None = None) -> list[int]:
     """BART's text infilling (the variant of the text above).
 
     k = round(mask_ratio * len(tokens)) tokens are masked, in spans whose lengths are
@@ -717,7 +725,8 @@ def t5_span_corruption(tokens: list[int], sentinel_ids: list[int], noise_density
 words = "thank you for inviting me to your party last week".split()
 sentinels = [100, 101, 102, 103]
 names = {i: w for i, w in enumerate(words)} | {s: f"<X{j}>" for j, s in enumerate(sentinels)}
-inp, tgt = t5_span_corruption(list(range(10)), sentinels, generator=torch.Generator().manual_seed(3))
+inp, tgt = t5_span_corruption(list(range(10)), sentinels,
+                              generator=torch.Generator().manual_seed(3))
 print(" ".join(names[t] for t in inp))  # the sentence with one span replaced by <X0>
 print(" ".join(names[t] for t in tgt))  # <X0> the dropped words <X1>
 
@@ -869,15 +878,16 @@ def pretrain(all_mask: bool, steps: int = STEPS, seed: int = 0) -> TinyBert:
         inputs, labels = mlm_mask(x, MASK, len(WORDS), special_positions(x), generator=g)
         if all_mask:
             inputs = x.masked_fill(labels != -100, MASK)
-        inputs, seg, labels, nxt = inputs.to(device), seg.to(device), labels.to(device), nxt.to(device)
+        inputs, seg = inputs.to(device), seg.to(device)
+        labels, nxt = labels.to(device), nxt.to(device)
         states = model(inputs, seg)
         nsp_logits = model.nsp_head(states[-1][:, 0])
         return mlm_loss(model.mlm_head(states[-1]), labels) + F.cross_entropy(nsp_logits, nxt)
 
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     # TrainConfig clips the gradient norm at 1.0 by default (clip=1.0)
-    train(model, loss_fn, TrainConfig(steps=steps, desc="80/10/10" if not all_mask else "100% [MASK]"),
-          optimizer=opt)
+    desc = "100% [MASK]" if all_mask else "80/10/10"
+    train(model, loss_fn, TrainConfig(steps=steps, desc=desc), optimizer=opt)
     return model.eval()
 
 
@@ -914,7 +924,8 @@ def pretrain_scores(model: TinyBert) -> tuple[float, float]:
 mlm_acc, nsp_acc = pretrain_scores(bert)
 glue("ch06_mlm_acc", 100 * mlm_acc)
 glue("ch06_nsp_acc", 100 * nsp_acc)
-print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, NSP accuracy {100 * nsp_acc:.1f}%")
+print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, "
+      f"NSP accuracy {100 * nsp_acc:.1f}%")
 
 # %% [markdown]
 # The 80/10/10 model restores {glue:text}`ch06_mlm_acc:.1f`% of the masked
@@ -976,7 +987,8 @@ def entity_f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
 
 def probe_f1(model: TinyBert, strategy: str, steps: int = 300) -> float:
     """Train a linear tagger on frozen features; dev F1 in percent."""
-    (f_train, y_train), (f_dev, y_dev) = (features(model, d, strategy) for d in (train_set, dev_set))
+    f_train, y_train = features(model, train_set, strategy)
+    f_dev, y_dev = features(model, dev_set, strategy)
     mean, std = f_train.mean(0), f_train.std(0) + 1e-6  # standardise each feature
     torch.manual_seed(0)
     tagger = nn.Linear(f_train.shape[1], len(TAGS))
@@ -1005,7 +1017,8 @@ order = list(LECTURE)  # the lecture's order, worst to best
 inverted = [(a, b) for i, a in enumerate(order) for b in order[i + 1:] if ours[a] > ours[b]]
 glue("ch06_inverted_pairs", len(inverted))
 print(f"best here: {max(ours, key=ours.get)}; worst here: {min(ours, key=ours.get)}; "
-      f"{len(inverted)} of {len(order) * (len(order) - 1) // 2} pairs ordered against the lecture: {inverted}")
+      f"{len(inverted)} of {len(order) * (len(order) - 1) // 2} pairs ordered against the lecture: "
+      f"{inverted}")
 
 # %% [markdown]
 # | features | lecture F1 (BERT-base, CoNLL-2003) | our F1 (tiny BERT, generated tags) |
