@@ -19,11 +19,15 @@ RAW_MATH_LEFT = """() => {
   copy.querySelectorAll('pre, code, script, mjx-container, .highlight').forEach(e => e.remove());
   const text = copy.innerText;
   return ['\\\\(', '\\\\[', '$$'].filter(s => text.includes(s)); }"""
+OVERFLOWING_CODE = """() => [...document.querySelectorAll('div.cell_input pre, div.highlight pre')]
+  .filter(p => p.innerText.split('\\n').every(l => l.length <= 100))
+  .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.innerText.slice(0, 80))"""
 BROKEN_IMAGES = """() => [...document.images]
   .filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src'))"""
 
 
 def open_page(page, site, name):
+    assert (HTML / f"{name}.html").exists(), f"{name}.html was not built (is the page executed?)"
     page.goto(f"{site}/{name}.html", wait_until="load")
     return page
 
@@ -39,6 +43,8 @@ def test_page_renders_offline(page, site, name):
         assert typeset >= n_math, f"{name}: {typeset} of {n_math} formulas typeset"
     assert page.evaluate(RAW_MATH_LEFT) == [], f"{name}: raw TeX left on the page"
     assert page.evaluate(BROKEN_IMAGES) == [], f"{name}: images that did not load"
+    assert page.evaluate(OVERFLOWING_CODE) == [], f"{name}: code of <= 100 characters a line " \
+        "overflows its box (book/_static/course.css)"
     errors = page.locator(".cell_output .traceback, .cell_output .output.error, "
                           ".cell_output .output.stderr")
     assert errors.count() == 0, f"{name}: an output cell shows an error:\n" + \
