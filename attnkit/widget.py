@@ -121,7 +121,7 @@ class AttentionView:
         title = f'<div style="font-weight:bold;margin-bottom:4px">{html.escape(self.title)}</div>' if self.title else ""
         controls = self._selector("Layer", L) + self._selector("Head", H)
         controls = f'<div style="margin-bottom:4px">{controls}</div>' if controls else ""
-        return (f'<div id="{self.uid}" class="attnview" style="font-family:sans-serif;font-size:13px">'
+        return (f'<div id="{self.uid}" class="attnview tex2jax_ignore mathjax_ignore" style="font-family:sans-serif;font-size:13px">'
                 f"{title}{controls}{self._svg()}{self._keys_row()}</div>"
                 f"<script>{self._script()}</script>")
 
