@@ -831,7 +831,8 @@ plt.show()
 # %% [markdown]
 # **What this measures.** After {glue:text}`ch02_seconds_no_attention:.0f` s
 # of training without attention and {glue:text}`ch02_seconds_attention:.0f` s
-# with it (the same 400 steps; the attention model's steps cost more), the
+# with it (wall times on the machine that built this page, which may be
+# shared; the same 400 steps, the attention model's steps cost more), the
 # model without attention averages {glue:text}`ch02_mean_no_attention:.2f`
 # exact match over the 16 lengths ({glue:text}`ch02_no_attention_len4:.2f` at
 # length 4, {glue:text}`ch02_no_attention_len6:.2f` at 6,
@@ -862,7 +863,8 @@ plt.show()
 # change which batches push training where, and the accuracies move by a
 # few points (on one H100 the attention model's mean was 0.98). The
 # numbers above are the ones this page's own run measured; the lesson
-# (attention ahead at every length beyond 4 after 400 steps) holds on both.
+# (after 400 steps attention is ahead at every length from 4 on) holds on
+# both.
 #
 # ### What the attention model looks at
 #
