@@ -47,10 +47,11 @@
 # convolution.
 
 # %%
-# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, `make setup` did.
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, make setup did.
 import importlib.util, subprocess, sys  # noqa: E401
 if importlib.util.find_spec("attnkit") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/attention-course/attention-course"], check=True)
+    repo = "https://github.com/attention-course/attention-course"  # _config.yml: repository.url
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{repo}"], check=True)
 
 # %%
 import math
@@ -1193,8 +1194,8 @@ def beam_search_until_done(model: Transformer, src: torch.Tensor, bos_id: int, e
                            alpha: float = 0.6) -> tuple[list[int], float]:
     """Beam search over one source src (1, S) with a full beam and a length penalty.
 
-    Each step ranks the best 2 * beam_size extensions: those ending in EOS are finished (score
-    log p / lp(len, alpha)), the best beam_size others stay live. Stops when beam_size are
+    Each step ranks the best 2 * beam_size extensions: those ending in EOS among the first
+    beam_size are finished (score log p / lp(len, alpha)), the best beam_size others stay live. Stops when beam_size are
     finished, when no live hypothesis can beat the best finished one, or after max_len steps.
     Returns the best (tokens without BOS, EOS included if emitted; score).
     """
@@ -1212,10 +1213,11 @@ def beam_search_until_done(model: Transformer, src: torch.Tensor, bos_id: int, e
         V = cand.shape[1]
         top, idx = cand.flatten().topk(min(2 * beam_size, N * V))              # (2 * beam,)
         live, logp = [], []
-        for score, j in zip(top.tolist(), idx.tolist()):
+        for rank, (score, j) in enumerate(zip(top.tolist(), idx.tolist())):
             hyp = prefixes[j // V].tolist() + [j % V]
             if j % V == eos_id:
-                finished.append((hyp[1:], score / length_penalty(step, alpha)))
+                if rank < beam_size:  # only an EOS among the beam_size best may finish
+                    finished.append((hyp[1:], score / length_penalty(step, alpha)))
             elif len(live) < beam_size:
                 live.append(hyp)
                 logp.append(score)
@@ -1438,6 +1440,19 @@ for mats, what, rows, cols in [(enc_attn, "encoder self-attention", src_tokens, 
 # harder to read: they mix each character with others of the same field
 # (day, month name, year), which is what the decoder then reads.
 #
+# The same cross-attention, every layer and every head, to explore: pick a
+# layer and a head, then hover over or click a target character (a query)
+# to see its weights over the source characters.
+
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.widget import attention_view
+
+cross_all = torch.stack([layer.cross_attn.attn[0].cpu()
+                         for layer in net.decoder.layers])                # (L, H, T, S)
+attention_view(cross_all, tgt_tokens, src_tokens,
+               title=f"cross-attention while translating '{example}'")
+
+# %% [markdown]
 # ### Post-norm versus pre-norm
 #
 # The paper's post-norm layer puts a LayerNorm on the residual stream
