@@ -35,10 +35,16 @@ def normalise(text: str) -> str:
 
 
 def find_leaks(paths: list[Path]) -> list[tuple[Path, str]]:
-    """(file, solution line) for every solution line found in `paths`."""
-    needles = {re.sub(r"[ \t]+", " ", ln) for ch in chapters() for ln in solution_lines(ch)}
+    """(file, solution line) for every solution line found in `paths`.
+
+    A file named for a chapter (`03_transformer.html`, `.ipynb`) is searched for that chapter's
+    solution lines only: a line one chapter asks for (`B, T, D = x.shape`) may be given code in
+    another. Any other file is searched for every chapter's."""
+    own = {ch: {re.sub(r"[ \t]+", " ", ln) for ln in solution_lines(ch)} for ch in chapters()}
+    every = set().union(*own.values()) if own else set()
     leaks = []
     for path in paths:
+        needles = own.get(path.stem, every)
         text = normalise(path.read_text(errors="ignore"))
         leaks += [(path, n) for n in sorted(needles) if n in text]
     return leaks
