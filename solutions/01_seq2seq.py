@@ -48,10 +48,11 @@
 # greedy and beam search, with and without length normalisation, do to it.
 
 # %%
-# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, `make setup` did.
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, make setup did.
 import importlib.util, subprocess, sys  # noqa: E401
 if importlib.util.find_spec("attnkit") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+https://github.com/attention-course/attention-course"], check=True)
+    repo = "https://github.com/attention-course/attention-course"  # _config.yml: repository.url
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{repo}"], check=True)
 
 # %%
 import math
