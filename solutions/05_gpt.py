@@ -434,8 +434,8 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 # %%
 z = torch.tensor([[2.0, 1.0, 1.0, 0.0, -1.0]])
 print(filter_logits(z, top_k=2))     # tensor([[2., 1., 1., -inf, -inf]])   (a tie at the 2nd)
-print(z.softmax(-1))                 # tensor([[0.5344, 0.1966, 0.1966, 0.0723, 0.0266]])
-print(filter_logits(z, top_p=0.6))   # tensor([[2., 1., 1., -inf, -inf]])  (0.53 < 0.6: one more)
+print(z.softmax(-1))                 # tensor([[0.5206, 0.1915, 0.1915, 0.0705, 0.0259]])
+print(filter_logits(z, top_p=0.6))   # tensor([[2., 1., -inf, -inf, -inf]])  (0.52 < 0.6: one more)
 print(filter_logits(z, top_p=0.5))   # tensor([[2., -inf, -inf, -inf, -inf]])
 print(sample_next_token(z, temperature=0))   # tensor([0])
 gen = torch.Generator().manual_seed(0)
