@@ -188,5 +188,6 @@ def check(chapter: str, force: bool = False) -> dict:
 
 
 def chapters_with_alternatives() -> list[str]:
-    """Chapters that have both a solution and an alternative."""
-    return sorted(p.stem for p in ALTERNATIVES.glob("[0-9][0-9]_*.py") if (SOLUTIONS / p.name).exists())
+    """The book's chapters (_toc.yml); each must have an alternative (a missing one fails the run)."""
+    from course.book import book_chapters
+    return book_chapters()

@@ -111,6 +111,14 @@ def build_page(chapter: str, force: bool = False) -> Path:
     return path
 
 
+def book_chapters() -> list[str]:
+    """The chapters the book lists (_toc.yml): a chapter enters the book when it is finished."""
+    import re
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = set(re.findall(r"book/chapters/(\d\d_\w+)", toc))
+    return [ch for ch in chapters() if ch in listed]
+
+
 def build_pages(force: bool = False) -> list[Path]:
-    """Every chapter's page."""
-    return [build_page(ch, force) for ch in chapters()]
+    """The page of every chapter in the book."""
+    return [build_page(ch, force) for ch in book_chapters()]
