@@ -141,12 +141,20 @@ class ReversibleBlock(_RB_ok):
         x2 = y2 - self.f(y1)
         x1 = y1 - self.g(x2)
         return x1, x2
+
+class ToyReversibleBlock(ReversibleBlock):
+    def __init__(self, d):
+        super().__init__(toy_sublayer(d), toy_sublayer(d))
 ''', feedback="F and G swapped"),
     Mistake("ReversibleBlock", "g applied to x1 instead of y1", '''
 _RB_ok = ReversibleBlock
 class ReversibleBlock(_RB_ok):
     def forward(self, x1, x2):
         return x1 + self.f(x2), x2 + self.g(x1)
+
+class ToyReversibleBlock(ReversibleBlock):
+    def __init__(self, d):
+        super().__init__(toy_sublayer(d), toy_sublayer(d))
 ''', feedback="g applied to x1"),
     # ------------------------------------------------------------ reversible_block_backward
     Mistake("reversible_block_backward", "F and G swapped in the inversion", '''
@@ -190,6 +198,10 @@ class ReversibleStack(_RS_ok):
         for block in self.blocks:
             x1, x2 = block(x1, x2)
         return x1, x2
+
+class ToyReversibleStack(ReversibleStack):
+    def __init__(self, n_layers, d):
+        super().__init__([ToyReversibleBlock(d) for _ in range(n_layers)])
 ''', feedback="activations of every block are stored"),
     Mistake("ReversibleStack", "blocks walked forward in the backward", '''
 class ReversibleFunction(torch.autograd.Function):
