@@ -1050,7 +1050,8 @@ for r, a in accs.items():
 # %% tags=["skip-grading", "hide-input"]
 g = seed_everything(0)
 centres = 40 * F.normalize(torch.randn(32, 64, generator=g), dim=-1)
-qk = centres[torch.randint(0, 32, (1, 512), generator=g)] + 0.5 * torch.randn(1, 512, 64, generator=g)
+qk = centres[torch.randint(0, 32, (1, 512), generator=g)]                 # (1, 512, 64)
+qk = qk + 0.5 * torch.randn(1, 512, 64, generator=g)
 v = torch.randn(1, 512, 64, generator=g)
 full = full_shared_qk_attention(qk, v)
 errors = {}

@@ -276,11 +276,15 @@ def test_combine_matches(student, ref):
     expect_unmodified((outs, lses), call.inputs, "combine_hash_rounds")
 
 
-@graded("combine_hash_rounds", points=1, hint="Subtract the max (torch.softmax does) so that lse values "
-        "of 1e4 do not overflow; keep the dtype.")
-def test_combine_large_lse_float64(student, ref):
-    """combine_hash_rounds: huge lse values in float64, and a single round?"""
+@graded("combine_hash_rounds", points=1, hint="Subtract the max over rounds before exp (torch.softmax does): "
+        "lse near -1e5 (a query that sees only itself) loses its digits in float32 otherwise.")
+def test_combine_large_lse(student, ref):
+    """combine_hash_rounds: lse near -1e5 in float32, huge lse in float64, a single round?"""
     g = seeded(12)
+    outs = torch.randn(2, 1, 3, 2, generator=g)
+    lses = torch.full((2, 1, 3), -1e5) + math.log(2)
+    expect_close(student.combine_hash_rounds(outs, lses), outs.mean(0),
+                 "the combined output of two rounds with equal lse near -1e5")
     outs = torch.randn(2, 1, 3, 2, generator=g, dtype=torch.float64)
     lses = 1e4 + torch.randn(2, 1, 3, generator=g, dtype=torch.float64)
     expect_close(student.combine_hash_rounds(outs, lses), ref.combine_hash_rounds(outs, lses),

@@ -70,8 +70,8 @@ def chunked_lsh_attention(sq, sv, spos, chunk_len, causal=False):
 
 
 def combine_hash_rounds(outs, lses):
-    logw = lses - torch.logsumexp(lses, dim=0, keepdim=True)
-    return torch.einsum("nbt,nbtd->btd", logw.exp(), outs)
+    w = torch.exp(lses - lses.amax(dim=0, keepdim=True))             # (n, B, T), max 1
+    return torch.einsum("nbt,nbtd->btd", w / w.sum(dim=0, keepdim=True), outs)
 
 
 def lsh_attention(qk, v, rotations, chunk_len, causal=False):
