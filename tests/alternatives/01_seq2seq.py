@@ -113,4 +113,6 @@ HEADLINES = {
     "ch01_em_k1": 1.0,
     "ch01_em_k16_norm": 1.0,
     "ch01_em_k16_nb1": 1.0,
+    "ch01_ctrl_after_error": 2.0,
+    "ch01_em_len9": 3.0,
 }
