@@ -713,7 +713,8 @@ torch.manual_seed(0)
 enc_layer = EncoderLayer(16, 4, 64).eval()
 h = enc_layer(torch.randn(2, 5, 16), src_pad)
 print(h.shape, h.mean(-1).abs().max() < 1e-5)  # torch.Size([2, 5, 16]) tensor(True)
-# (post-norm: a LayerNorm comes last, so every position has mean 0)
+# (post-norm: a LayerNorm comes last; at initialisation, gain 1 and bias 0, every
+# position has mean 0)
 
 
 # %% [markdown]
@@ -808,19 +809,21 @@ print(dec_layer.self_attn.attn[0, 0])   # the causal mask at work: position t at
 #   giving logits; a **softmax** turns them into next-token probabilities
 #   (we leave it to the loss, which works on log-probabilities).
 #
-# **Why multiply by $\sqrt{d_\text{model}}$?** The factor comes from weight
-# tying. Press and Wolf {cite}`press2017tying` showed that the input
-# embedding and the pre-softmax linear layer of a language model can share
-# one matrix, with fewer parameters and no loss, often a gain. The paper
-# ties three ways: its source and target share one sub-word vocabulary, and
-# the source embedding, the target embedding and the pre-softmax layer are
-# one matrix. That matrix must suit the output layer, where a row dotted
-# with a $d_\text{model}$-wide hidden state should give a logit of size
-# about 1: entries of size $d_\text{model}^{-1/2}$ (the paper's own code,
-# tensor2tensor, draws the shared matrix from
-# $\mathcal N(0, d_\text{model}^{-1})$). Used as an embedding, such a row
-# has entries of about $d_\text{model}^{-1/2}$, tiny next to the positional
-# encoding's entries of size up to 1; multiplying by
+# **Why multiply by $\sqrt{d_\text{model}}$?** The paper does not say. Most
+# likely the factor comes from weight tying. Press and Wolf
+# {cite}`press2017tying` showed that the input embedding and the pre-softmax
+# linear layer of a language model can share one matrix, with fewer
+# parameters and no loss, often a gain. The paper ties three ways: its
+# source and target share one sub-word vocabulary, and the source
+# embedding, the target embedding and the pre-softmax layer are one matrix.
+# That matrix must suit the output layer, where a row dotted with a
+# $d_\text{model}$-wide hidden state should give a logit of size about 1:
+# entries of size $d_\text{model}^{-1/2}$ (the paper's own code,
+# tensor2tensor {cite}`vaswani2018tensor2tensor`, draws the shared matrix
+# from $\mathcal N(0, d_\text{model}^{-1})$, which supports this reading).
+# Used as an embedding, such a row has entries of about
+# $d_\text{model}^{-1/2}$, tiny next to the positional encoding's entries of
+# size up to 1; multiplying by
 # $\sqrt{d_\text{model}}$ brings them to the same scale.
 #
 # **The choice we make, and grade.** We keep the three matrices separate for
@@ -982,13 +985,15 @@ print(sum(p.numel() for p in model.parameters()))     # 43949 parameters
 # The decoder is trained with **teacher forcing**: its input is the target
 # shifted right (`<bos> y_1 ... y_{T-1}`), and the logits at $t$ are scored
 # against $y_{t+1}$ (`y_1 ... y_T <eos>`). The paper smooths the labels with
-# $\epsilon = 0.1$. We take the convention of PyTorch's
-# `F.cross_entropy(label_smoothing=eps)` (the paper does not spell one out):
-# mix the one-hot target with the uniform distribution over the whole
-# vocabulary, so the right token gets $1-\epsilon+\epsilon/V$ and every other
-# token $\epsilon/V$, the special tokens `<pad>`, `<bos>` and `<unk>`
-# included. (The Annotated Transformer, for one, spreads $\epsilon$ over the
-# $V-2$ tokens that are neither the right one nor `<pad>`.) The
+# $\epsilon = 0.1$, citing Szegedy et al. {cite}`szegedy2016rethinking`,
+# who mix the one-hot target with the uniform distribution over all $K$
+# classes. We take that convention, which is also PyTorch's
+# `F.cross_entropy(label_smoothing=eps)`: the right token gets
+# $1-\epsilon+\epsilon/V$ and every other token $\epsilon/V$, the special
+# tokens `<pad>`, `<bos>` and `<unk>` included. Implementations differ
+# here: the paper's own code, tensor2tensor, spreads $\epsilon$ over the
+# $V-1$ other tokens, and the Annotated Transformer over the $V-2$ tokens
+# that are neither the right one nor `<pad>`. The
 # per-position loss is
 #
 # $$\ell = (1-\epsilon)\,\big(-\log p_y\big) + \epsilon \cdot \frac{1}{V}\sum_{v} \big(-\log p_v\big),$$
@@ -1160,23 +1165,33 @@ print([(tokens, round(score, 3)) for tokens, score in best])
 # [([7, 10, 7, 10], -1.676), ([8, 7, 10, 7], -1.744)]
 
 # %% [markdown]
-# **A stopping rule that cannot return a bad hypothesis.** Chapter 1's rule
+# **A stopping rule that does not stop at the first `<eos>`.** Chapter 1's rule
 # stops once `n_best` hypotheses are finished, and the beam shrinks by one
 # whenever one finishes. With `n_best=1` the first finished hypothesis ends
 # the search, however poor it is: among the `beam_size` best extensions of a
 # confident model there is often an `<eos>` with a tiny probability, and it
 # wins by being the only finished one. The experiment below shows how much
-# that costs. Translation systems use two standard fixes {cite}`wu2016gnmt`:
+# that costs. Translation systems use two standard fixes:
 #
 # 1. **Keep searching while a live hypothesis can still win.** Every step
-#    keeps `beam_size` *live* hypotheses (finished ones leave the beam
-#    without shrinking it) and stops only when `beam_size` are finished, or
-#    when no live one can beat the best finished one. A log-probability only
-#    falls as tokens are added, so the bound is easy: a live hypothesis with
-#    log-probability $s$ can at best reach $s / \mathrm{lp}(\text{max\_len})$.
+#    ranks the best `2 * beam_size` extensions and keeps `beam_size` *live*
+#    hypotheses (finished ones leave the beam without shrinking it). The
+#    search stops when no live one can beat the best finished one: a
+#    log-probability only falls as tokens are added, so with $\alpha \ge 0$
+#    a live hypothesis with log-probability $s$ can at best reach
+#    $s / \mathrm{lp}(\text{max\_len})$. This bound and the `2 * beam_size`
+#    candidate list are those of the Transformer authors' own beam search in
+#    tensor2tensor {cite}`vaswani2018tensor2tensor`; Huang et al.
+#    {cite}`huang2017finish` derive such optimal stopping criteria. We also
+#    stop once `beam_size` hypotheses are finished (fairseq's rule): a speed
+#    shortcut, not part of the bound, so a live hypothesis that could still
+#    have won is then dropped, and the search is no longer exact within its
+#    beam.
 # 2. **A length penalty.** Summed log-probabilities favour short outputs.
-#    GNMT divides by $\mathrm{lp}(Y) = ((5 + |Y|)/6)^\alpha$; $\alpha = 0$ is
-#    no normalisation, $\alpha = 1$ is close to dividing by the length. The
+#    GNMT {cite}`wu2016gnmt` divides by
+#    $\mathrm{lp}(Y) = ((5 + |Y|)/6)^\alpha$; $\alpha = 0$ is no
+#    normalisation, $\alpha = 1$ divides by $(5 + |Y|)/6$, a softened length
+#    normalisation (lengths 1 and 10 differ by a factor 2.5, not 10). The
 #    Transformer paper decodes with beam 4 and $\alpha = 0.6$.
 #
 # This version is given, not graded (its own name; the contract's
@@ -1195,8 +1210,9 @@ def beam_search_until_done(model: Transformer, src: torch.Tensor, bos_id: int, e
     """Beam search over one source src (1, S) with a full beam and a length penalty.
 
     Each step ranks the best 2 * beam_size extensions: those ending in EOS among the first
-    beam_size are finished (score log p / lp(len, alpha)), the best beam_size others stay live. Stops when beam_size are
-    finished, when no live hypothesis can beat the best finished one, or after max_len steps.
+    beam_size are finished (score log p / lp(len, alpha)), the best beam_size others stay
+    live. Stops when no live hypothesis can beat the best finished one, when beam_size are
+    finished (a speed shortcut), or after max_len steps.
     Returns the best (tokens without BOS, EOS included if emitted; score).
     """
     src_mask = padding_mask(src, model.pad_id)                                 # (1, 1, 1, S)
@@ -1267,9 +1283,11 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # choices differ from the paper: the embeddings are not tied to the output
 # layer, and the gradient norm is **clipped at 1.0**, the default of
 # `attnkit.train`'s `TrainConfig` (the paper does not clip). The training
-# cell takes about a minute on two CPU cores; a GPU barely helps, because a
-# model this small is bound by the cost of launching its many small
-# operations, not by arithmetic.
+# cell takes one to a few minutes on two CPU cores, depending on what else
+# the machine runs (it prints its own time). A GPU helps less than one might
+# expect: in one measurement the whole notebook ran in 72 s on an H100
+# against 116 s on two CPU cores, since a model this small is bound mostly
+# by the cost of launching its many small operations, not by arithmetic.
 
 # %% tags=["skip-grading", "hide-input"]
 import time
@@ -1465,8 +1483,8 @@ attention_view(cross_all, tgt_tokens, src_tokens,
 # random string of 10 digits with the digit at the mirrored position
 # (reversal, position by position), with Adam at a large learning rate,
 # $10^{-2}$, with and without a 100-step linear warm-up, 300 steps of 32
-# strings, no dropout, seed 0. As everywhere in this chapter, `train` clips
-# the gradient norm at 1.0 (`TrainConfig`'s default).
+# strings, no dropout, seed 0, two CPU threads. As everywhere in this
+# chapter, `train` clips the gradient norm at 1.0 (`TrainConfig`'s default).
 
 # %% tags=["skip-grading", "hide-input"]
 class Tagger(nn.Module):
@@ -1508,9 +1526,12 @@ def train_tagger(layer_cls: type, lr: float, warmup: int, steps: int = 300) -> l
     return train(model, loss_fn, cfg, optimizer=opt, schedule=schedule)
 
 
+threads = torch.get_num_threads()
+torch.set_num_threads(2)  # as in the table below: the thread count changes the float sums
 norm_runs = {f"{name}, {'warm-up' if w else 'no warm-up'}": train_tagger(cls, 1e-2, w)
              for name, cls in [("post-norm", EncoderLayer), ("pre-norm", PreNormEncoderLayer)]
              for w in (0, 100)}
+torch.set_num_threads(threads)
 curves(norm_runs, smooth=20, ax=plt.figure(figsize=(7, 3.4)).gca())
 plt.title("6 layers, Adam lr 1e-2, gradient norm clipped at 1.0")
 plt.show()
@@ -1532,9 +1553,11 @@ for (name, losses), key in zip(norm_runs.items(), keys):
 # with and without warm-up, with clipping at 1.0 and without, seeds 0, 1
 # and 2 (24 runs of this cell's model, about 5 minutes on two idle CPU
 # cores). Final losses (mean of the last 20 steps), on a CPU with two
-# threads; the run on this page is seed 0 of the first column, and can
-# differ from it, since the thread count and the device change the
-# floating-point sums and hence the trajectory:
+# threads. The cell above also pins two threads: the thread count changes
+# the order of the floating-point sums, and over 300 steps of a 6-layer
+# post-norm model that is enough to move a final loss out of the ranges
+# below. So on a CPU the run on this page is seed 0 of the first column; on
+# a GPU the sums differ again, and so can the values:
 #
 # | | clip 1.0 | no clipping |
 # | --- | --- | --- |
@@ -1583,8 +1606,11 @@ for (name, losses), key in zip(norm_runs.items(), keys):
 # 1, forward and backward: our `MultiHeadAttention` (4 heads), a tanh
 # `nn.RNN` and an `nn.Conv1d` with kernel 3 (contiguous, not dilated).
 # Memory is the bytes autograd keeps for the backward pass
-# (`attnkit.timing.saved_bytes`), which does not depend on the machine;
-# time does, and this cell runs on the chosen device.
+# (`attnkit.timing.saved_bytes`), which does not depend on the speed or the
+# load of the machine, only on the kind of device: on CUDA, `nn.RNN` runs
+# through cuDNN, which keeps one workspace instead of per-step tensors, so
+# its column differs from the CPU's. Time depends on everything. This cell
+# runs on the chosen device.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.timing import saved_bytes, time_call
@@ -1697,7 +1723,8 @@ plt.show()
 # every figure of the experiments moves a little (a lot, for the fragile
 # `n_best=1` beam search). That is why the text quotes each run's own
 # numbers, and ranges for the rest. The activation memory measured by
-# `saved_bytes` is exact and device-independent; times are not.
+# `saved_bytes` is exact and the same on every device of one kind (CPU or
+# CUDA: cuDNN's RNN keeps other tensors); times are not.
 #
 # ## Exercises
 #
@@ -1722,11 +1749,21 @@ plt.show()
 # 5. **Without scaling.** Remove the $1/\sqrt{d_k}$ and train again with
 #    $d_\text{model} = 256$. Plot the entropy of the attention weights at
 #    initialisation with and without scaling.
-# 6. **Longer sequences.** Train on `reversal_pairs` with `max_len=12`,
-#    test with longer strings. Does post-norm or pre-norm extrapolate better?
-# 7. **Beam search.** Plot the exact match of `beam_search_until_done`
-#    against the length-penalty $\alpha$ (0 to 2) and the beam size (1 to
-#    8) on the dates. Where does the length penalty start to hurt?
+# 6. **A pre-norm translator.** The chapter gives only a pre-norm
+#    *encoder* layer. Write the pre-norm decoder layer (three sub-layers,
+#    each reading a LayerNorm of its input; one final LayerNorm after the
+#    stack), train the date translator with pre-norm on both sides, with
+#    and without the warm-up, at the learning rate of the chapter and at
+#    twice it. Does the tagger's finding carry over to the translator?
+# 7. **Beam search and the length penalty.** On the dates the penalty has
+#    little to do: every target has the same length, greedy decoding is
+#    almost always right, and $\mathrm{lp}(12)/\mathrm{lp}(11)$ is only
+#    about 1.04 at $\alpha = 0.6$, less than what one extra token costs.
+#    Use a task where lengths vary and the model is unsure: train on
+#    `reversal_pairs(n, min_len=3, max_len=12)` for only a few hundred
+#    steps. Plot the exact match of `beam_search_until_done` against
+#    $\alpha$ (0 to 2) and the beam size (1 to 8). Where does the length
+#    penalty start to help, and where does it hurt?
 
 # %% [markdown]
 # ## References
