@@ -75,4 +75,5 @@ def local_p_weights(scores, p, D, mask=None):
 HEADLINES = {
     "ch02_mean_attention": 0.08,
     "ch02_mean_no_attention": 0.12,
+    "ch02_pos8_middle": 0.12,
 }
