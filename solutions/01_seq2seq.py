@@ -657,10 +657,11 @@ for temperature in (0.5, 1.0, 1.5):
 # **Task.** Reverse a string of 2 to 9 letters from `abcdefgh`
 # (`attnkit.data.reversal_pairs`): `"cafe"` → `"efac"`. Without attention,
 # the encoder's final state must hold the whole string (chapter 2 shows how
-# this fails for long strings). The 20 000 training pairs hold every
-# string of 2 or 3 letters and most of 4, so the 300 test strings are drawn
-# the same way but **with every training source removed**: they have 4 to
-# 9 letters, and none was seen in training.
+# this fails for long strings). The 20 000 training pairs hold all 64
+# strings of 2 letters, 508 of the 512 of 3 and 1898 of the 4096 of 4, so
+# the 300 test strings are drawn the same way but **with every training
+# source removed**: they have 4 to 9 letters, and none was seen in
+# training.
 #
 # **Model** (given below, so that any correct exercise reproduces the
 # figures): the GRU encoder-decoder of the math section, embedding 32,
