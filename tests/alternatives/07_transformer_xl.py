@@ -111,5 +111,6 @@ HEADLINES = {
     "ch07_acc_vanilla_win_near": 0.1,
     "ch07_acc_vanilla_seg_mid": 0.1,
     "ch07_acc_xl_near": 0.1,
+    "ch07_acc_vanilla_mem_near": 0.1,
     "ch07_acc_xl_mid": 0.2,
 }
