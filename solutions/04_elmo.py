@@ -168,8 +168,9 @@ def scalar_mix(layers: torch.Tensor, s_logits: torch.Tensor, gamma: torch.Tensor
 
 
 # %%
-layers_demo = torch.stack([torch.full((1, 2, 3), float(j)) for j in range(3)])     # (3, 1, 2, 3): layer j is all j
-print(scalar_mix(layers_demo, torch.zeros(3), torch.tensor(2.0))[0, 0])            # tensor([2., 2., 2.])
+# layer j is all j
+layers_demo = torch.stack([torch.full((1, 2, 3), float(j)) for j in range(3)])  # (3, 1, 2, 3)
+print(scalar_mix(layers_demo, torch.zeros(3), torch.tensor(2.0))[0, 0])  # tensor([2., 2., 2.])
 print(scalar_mix(layers_demo, torch.tensor([0.0, 0.0, 10.0]), torch.tensor(1.0))[0, 0])
 # tensor([1.9999, 1.9999, 1.9999])  (almost all the weight on layer 2)
 
@@ -198,7 +199,8 @@ def highway(x: torch.Tensor, W_h: torch.Tensor, b_h: torch.Tensor, W_g: torch.Te
 x_hw = torch.tensor([[1.0, -2.0]])
 closed = highway(x_hw, torch.eye(2), torch.zeros(2), torch.zeros(2, 2), torch.full((2,), -30.0))
 opened = highway(x_hw, torch.eye(2), torch.zeros(2), torch.zeros(2, 2), torch.full((2,), 30.0))
-print(closed, opened)  # tensor([[ 1., -2.]]) tensor([[1., 0.]])  (gate closed: carry x; open: relu(x))
+# gate closed: carry x; open: relu(x)
+print(closed, opened)  # tensor([[ 1., -2.]]) tensor([[1., 0.]])
 
 # %% [markdown]
 # ### The character CNN
@@ -299,25 +301,29 @@ class BiLM(nn.Module):
     """A bidirectional LSTM language model over character-built token vectors.
 
     Attributes:
-      `char_cnn` CharCNN(n_chars, char_dim, widths, n_filters), output width F = len(widths) * n_filters;
+      `char_cnn` CharCNN(n_chars, char_dim, widths, n_filters), output width
+        F = len(widths) * n_filters;
       `hw_transform`, `hw_gate`: nn.ModuleList of n_highway nn.Linear(F, F) each;
       `proj` nn.Linear(F, d);
       `fwd_lstms`, `bwd_lstms`: nn.ModuleList of n_layers nn.LSTM(d, d, batch_first=True);
       `softmax` nn.Linear(d, vocab_size), shared by both directions.
     token_repr(chars (B, T, C)) -> x (B, T, d): proj(highway_n(...highway_1(char_cnn(chars)))),
-      highway layer i with the weights and biases of hw_transform[i] (W_h, b_h) and hw_gate[i] (W_g, b_g).
+      highway layer i with the weights and biases of hw_transform[i] (W_h, b_h)
+      and hw_gate[i] (W_g, b_g).
     contextualize(x (B, T, d), mask (B, T) bool) -> states (n_layers + 1, B, T, 2d):
       states[0] = [x; x]; states[j] = [fwd_j; bwd_j] where fwd_j = fwd_lstms[j-1] run over fwd_{j-1}
       (fwd_0 = x), and bwd_j is the same with bwd_lstms over the sentence reversed with
       reverse_padded(., mask), its outputs reversed back. Zero initial states.
       Only the states at real positions are specified.
-    forward(chars (B, T, C)) -> contextualize(token_repr(chars), mask) with mask = (chars != 0).any(-1).
+    forward(chars (B, T, C)) -> contextualize(token_repr(chars), mask)
+      with mask = (chars != 0).any(-1).
     lm_logits(states) -> (fwd_logits, bwd_logits), each (B, T, vocab_size): the softmax layer
       applied to the forward half and to the backward half of states[-1].
     """
 
-    def __init__(self, n_chars: int, vocab_size: int, d: int = 64, n_layers: int = 2, n_highway: int = 2,
-                 char_dim: int = 16, widths: tuple = (1, 2, 3, 4), n_filters: int = 32) -> None:
+    def __init__(self, n_chars: int, vocab_size: int, d: int = 64, n_layers: int = 2,
+                 n_highway: int = 2, char_dim: int = 16, widths: tuple = (1, 2, 3, 4),
+                 n_filters: int = 32) -> None:
         super().__init__()
         ### BEGIN SOLUTION
         self.d = d
@@ -391,8 +397,10 @@ def bilm_loss(fwd_logits: torch.Tensor, bwd_logits: torch.Tensor, tokens: torch.
     """
     ### BEGIN SOLUTION
     V = fwd_logits.shape[-1]
-    fwd = F.cross_entropy(fwd_logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1), ignore_index=pad_id)
-    bwd = F.cross_entropy(bwd_logits[:, 1:].reshape(-1, V), tokens[:, :-1].reshape(-1), ignore_index=pad_id)
+    fwd = F.cross_entropy(fwd_logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),
+                          ignore_index=pad_id)
+    bwd = F.cross_entropy(bwd_logits[:, 1:].reshape(-1, V), tokens[:, :-1].reshape(-1),
+                          ignore_index=pad_id)
     return (fwd + bwd) / 2
     ### END SOLUTION
 
@@ -400,7 +408,8 @@ def bilm_loss(fwd_logits: torch.Tensor, bwd_logits: torch.Tensor, tokens: torch.
 # %%
 toks_demo = torch.tensor([[1, 5, 6, 2], [1, 7, 2, 0]])
 uniform = torch.zeros(2, 4, 30)
-print(bilm_loss(uniform, uniform, toks_demo, pad_id=0), math.log(30))  # tensor(3.4012) 3.4011973816621555
+print(bilm_loss(uniform, uniform, toks_demo, pad_id=0), math.log(30))
+# tensor(3.4012) 3.4011973816621555
 # a perfect forward model: the logits at i point at tokens[i+1]
 perfect = F.one_hot(toks_demo.roll(-1, 1), 30) * 100.0
 print(bilm_loss(perfect, uniform, toks_demo, 0))                       # tensor(1.7006): log(30) / 2
@@ -470,12 +479,14 @@ def influence(bilm: BiLM, chars: torch.Tensor, direction: str) -> torch.Tensor:
     return torch.stack(rows)                                               # (T, T)
 
 
-fwd_inf, bwd_inf = influence(bilm_demo, chars_demo, "forward"), influence(bilm_demo, chars_demo, "backward")
-print("forward sees the future:", bool(fwd_inf.triu(1).abs().max() > 0))    # forward sees the future: False
-print("backward sees the past:", bool(bwd_inf.tril(-1).abs().max() > 0))    # backward sees the past: False
-print("sees itself:", bool((fwd_inf.diagonal() > 0).all() and (bwd_inf.diagonal() > 0).all()))  # sees itself: True
-alone = bilm_demo(chars_demo[1:, :3])                                      # sentence 1 without its padding
-print(torch.allclose(alone[:, 0], states_demo[:, 1, :3], atol=1e-6))        # True
+fwd_inf = influence(bilm_demo, chars_demo, "forward")
+bwd_inf = influence(bilm_demo, chars_demo, "backward")
+print("forward sees the future:", bool(fwd_inf.triu(1).abs().max() > 0))  # ...: False
+print("backward sees the past:", bool(bwd_inf.tril(-1).abs().max() > 0))  # ...: False
+sees_itself = (fwd_inf.diagonal() > 0).all() and (bwd_inf.diagonal() > 0).all()
+print("sees itself:", bool(sees_itself))                                 # sees itself: True
+alone = bilm_demo(chars_demo[1:, :3])                               # sentence 1 without padding
+print(torch.allclose(alone[:, 0], states_demo[:, 1, :3], atol=1e-6))      # True
 
 # %% tags=["skip-grading", "hide-input"]
 import matplotlib.pyplot as plt
@@ -515,7 +526,8 @@ from attnkit.train import TrainConfig, train
 attnkit.seed_everything(0)
 device = attnkit.pick_device()
 lm_sents = corpus(8000, torch.Generator().manual_seed(1))               # biLM training text
-probe_sents = corpus(3000, torch.Generator().manual_seed(2), p_bank=0.5)  # probes: train 2000, test 1000
+# probes: train on the first 2000, test on the last 1000
+probe_sents = corpus(3000, torch.Generator().manual_seed(2), p_bank=0.5)
 for s in lm_sents[:4] + [s for s in probe_sents if "bank" in s.words][:2]:
     print(" ".join(s.words), "  ", s.topic)
 all_words = {w for s in lm_sents for w in with_boundaries(s.words)}
@@ -581,13 +593,15 @@ glue("ch04_lm_seconds", round(time.perf_counter() - start))
 final_lm = sum(lm_losses[-50:]) / 50
 glue("ch04_lm_loss", final_lm)
 glue("ch04_lm_ppl", math.exp(final_lm))
-print(f"training took {time.perf_counter() - start:.0f} s; mean loss of the last 50 steps {final_lm:.3f} "
+print(f"training took {time.perf_counter() - start:.0f} s; "
+      f"mean loss of the last 50 steps {final_lm:.3f} "
       f"(perplexity {math.exp(final_lm):.1f}; uniform over the vocabulary: {len(words_vocab)})")
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.plot import curves
 
-curves({"biLM loss (mean of both directions)": lm_losses}, smooth=20, ax=plt.figure(figsize=(6, 3)).gca())
+curves({"biLM loss (mean of both directions)": lm_losses}, smooth=20,
+       ax=plt.figure(figsize=(6, 3)).gca())
 plt.show()
 
 # %% [markdown]
@@ -618,13 +632,14 @@ plt.show()
 # %% tags=["skip-grading", "hide-input"]
 @torch.no_grad()
 def layer_states(sents: list) -> tuple[torch.Tensor, list]:
-    """States (L+1, N, 2d) of every word of `sents` (boundaries dropped) and its (word, tag, sense, sentence)."""
+    """States (L+1, N, 2d) of every word of `sents` (boundaries dropped), and its
+    (word, tag, sense, sentence)."""
     bilm.eval()
-    chars = chars_vocab.encode([with_boundaries(s.words) for s in sents]).to(device)   # (B, T, C)
-    states = bilm(chars).cpu()                                                         # (L+1, B, T, 2d)
+    chars = chars_vocab.encode([with_boundaries(s.words) for s in sents]).to(device)  # (B, T, C)
+    states = bilm(chars).cpu()                                              # (L+1, B, T, 2d)
     feats, info = [], []
     for b, s in enumerate(sents):
-        feats.append(states[:, b, 1: len(s.words) + 1])                                # (L+1, n_b, 2d)
+        feats.append(states[:, b, 1: len(s.words) + 1])                     # (L+1, n_b, 2d)
         info += [(w, t, sense, b) for w, t, sense in zip(s.words, s.tags, s.senses)]
     return torch.cat(feats, dim=1), info
 
@@ -634,8 +649,10 @@ H_test, info_test = layer_states(probe_sents[2000:])
 print(H_train.shape, H_test.shape)
 
 
-def train_probe(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool = False, steps: int = 300):
-    """A linear classifier on X (N, D), or on scalar_mix of X (L, N, D) when `mix`; returns a predictor."""
+def train_probe(X: torch.Tensor, y: torch.Tensor, n_classes: int, mix: bool = False,
+                steps: int = 300):
+    """A linear classifier on X (N, D), or on scalar_mix of X (L, N, D) when `mix`;
+    returns a predictor."""
     torch.manual_seed(0)
     lin = nn.Linear(X.shape[-1], n_classes)
     s, gamma = nn.Parameter(torch.zeros(X.shape[0] if mix else 1)), nn.Parameter(torch.tensor(1.0))
@@ -688,10 +705,12 @@ for name in ("layer 0", "layer 1", "layer 2", "learned mix"):
     glue(f"ch04_posamb_{key}", 100 * results[(name, "POS, stick/fish/watch/duck")])
     glue(f"ch04_sense_{key}", 100 * results[(name, "sense of bank")])
 for task, w in mix_weights.items():
-    print(f"learned mixing weights softmax(s) for {task:5s}: " + ", ".join(f"{v:.2f}" for v in w.tolist()))
+    weights = ", ".join(f"{v:.2f}" for v in w.tolist())
+    print(f"learned mixing weights softmax(s) for {task:5s}: {weights}")
     for j, v in enumerate(w.tolist()):
         glue(f"ch04_w_{task}_{j}", v)
-print(f"{int(ambiguous_test.sum())} noun/verb-ambiguous tokens and {len(task_data(info_test, H_test, 'sense')[1])} "
+n_bank_test = len(task_data(info_test, H_test, 'sense')[1])
+print(f"{int(ambiguous_test.sum())} noun/verb-ambiguous tokens and {n_bank_test} "
       f"occurrences of bank in the test sentences")
 
 # %% [markdown]
@@ -744,11 +763,12 @@ print(f"{int(ambiguous_test.sum())} noun/verb-ambiguous tokens and {len(task_dat
 
 # %% tags=["skip-grading", "hide-input"]
 with torch.no_grad():
-    types = sorted(words_vocab.itos[4:] + ["banks", "banker"])                          # two unseen words
-    type_vecs = bilm.token_repr(chars_vocab.encode([types]).to(device))[0].cpu()       # (n_types, d)
+    types = sorted(words_vocab.itos[4:] + ["banks", "banker"])             # two unseen words
+    type_vecs = bilm.token_repr(chars_vocab.encode([types]).to(device))[0].cpu()  # (n_types, d)
 sims = F.normalize(type_vecs, dim=-1) @ F.normalize(type_vecs[types.index("bank")], dim=0)
 order = sims.argsort(descending=True).tolist()
-print("layer 0, nearest word types of 'bank':", ", ".join(f"{types[i]} ({sims[i]:.2f})" for i in order[1:7]))
+print("layer 0, nearest word types of 'bank':",
+      ", ".join(f"{types[i]} ({sims[i]:.2f})" for i in order[1:7]))
 
 keep, y_bank, X_bank = task_data(info_test, H_test, "sense")
 
@@ -757,7 +777,7 @@ def same_sense_at_k(X: torch.Tensor, y: torch.Tensor, k: int = 10) -> float:
     """Mean fraction of the k nearest other occurrences (cosine) that share the query's sense."""
     Z = F.normalize(X, dim=-1)
     S = (Z @ Z.T).fill_diagonal_(-2.0)
-    nn_idx = S.topk(k, dim=-1).indices                                                 # (N, k)
+    nn_idx = S.topk(k, dim=-1).indices                                      # (N, k)
     return (y[nn_idx] == y[:, None]).float().mean().item()
 
 
@@ -770,7 +790,8 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
     b = info_test[int(keep[q])][3]
     print(f"\nquery ({SENSES[y_bank[q]]}): {' '.join(probe_sents[2000 + b].words)}")
     for i in (Z2 @ Z2[q]).argsort(descending=True)[1:4].tolist():
-        print(f"   {SENSES[y_bank[i]]:5s}  {' '.join(probe_sents[2000 + info_test[int(keep[i])][3]].words)}")
+        words = probe_sents[2000 + info_test[int(keep[i])][3]].words
+        print(f"   {SENSES[y_bank[i]]:5s}  {' '.join(words)}")
 
 # %% [markdown]
 # Under layer 0 the unseen words *banks* and *banker* get vectors next to
@@ -793,7 +814,7 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 def pca2(X: torch.Tensor) -> torch.Tensor:
     """The projection of the rows of X on their first two principal components."""
     Xc = X - X.mean(0)
-    if Xc.abs().max() < 1e-6:                                       # all points equal (a static vector)
+    if Xc.abs().max() < 1e-6:                        # all points equal (a static vector)
         return torch.zeros(len(X), 2)
     U, S, _ = torch.linalg.svd(Xc, full_matrices=False)
     return U[:, :2] * S[:2]
