@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
+from autograder.harness.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
 
 
 def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
@@ -34,7 +34,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from autograder import batch
     course = None
     if args.nbgrader_course:
-        from autograder import nbgrader_io
+        from autograder.exports import nbgrader as nbgrader_io
         if not args.assignment:
             print("--nbgrader-course needs --assignment NAME", file=sys.stderr)
             return 2
@@ -79,14 +79,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     rows = []
     with Sandbox(limits, isolation=args.isolation) as sandbox:  # imports torch in parallel with us
         from autograder.grade import grade_submission
-        from autograder.results import summary_table, write_json
+        from autograder.harness.results import summary_table, write_json
         for name, path in subs:
             result = grade_submission(path, sandbox, args.chapter)
             write_json(out / name / "results.json", result)
             extra = result["extra_data"]
             rows.append((name, extra.get("chapter"), result["score"], result["max_score"], extra.get("status")))
     if len(subs) == 1:  # one notebook: what a student needs, in the terminal
-        from autograder.results import function_report
+        from autograder.harness.results import function_report
         print(function_report(result))
         print()
     print(summary_table(rows))
@@ -95,7 +95,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_export_gradescope(args: argparse.Namespace) -> int:
-    from autograder.gradescope import export
+    from autograder.exports.gradescope import export
     path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout)
     print(f"wrote {path}: upload it as the Gradescope autograder (base image: Ubuntu 24.04)")
     return 0

@@ -1,4 +1,6 @@
-"""Grade one submission: check the file, run the chapter's graders, build results.json."""
+"""Grade one submission with the hidden graders: check the file, run the chapter's graders against the
+reference solution, build results.json (the harness does the running; this module knows where the
+graders and the solutions are)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder.check import counts
-from autograder.notebook import BadSubmission, chapter_from_name, read_submission
+from autograder.harness.check import counts
+from autograder.harness.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.paths import chapters, graders_dir
-from autograder.plugin import GradingPlugin, TestResult
-from autograder.results import cell_errors_text, label_student_output, results_json
-from autograder.sandbox import Sandbox
+from autograder.reference import load_reference
+from autograder.harness.plugin import GradingPlugin, TestResult
+from autograder.harness.results import cell_errors_text, label_student_output, results_json
+from autograder.harness.sandbox import Sandbox
 
 
 def grader_file(chapter: str) -> Path:
@@ -70,7 +73,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     if sub.chapter not in chapters():
         return bad_result(f"there are no graders for chapter {sub.chapter!r} "
                           f"(chapters: {', '.join(chapters())})", sub.chapter, time.monotonic() - started)
-    plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only)
+    plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only, load_reference=load_reference)
     try:
         run_graders(plugin)
         report = plugin.student().report or {}

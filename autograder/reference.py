@@ -6,9 +6,9 @@ import io
 import types
 from contextlib import redirect_stderr, redirect_stdout
 
-from autograder.notebook import read_submission
+from autograder.harness.notebook import read_submission
 from autograder.paths import solutions_dir
-from autograder.worker import run_cells, seed_all
+from autograder.harness.worker import run_cells, seed_all
 
 SKIP_TAGS = {"skip-grading"}
 

@@ -120,7 +120,7 @@ def _save_run(chapter: str, record: dict) -> None:
 
 def _grade(nb: nbformat.NotebookNode, chapter: str) -> dict:
     from autograder.grade import grade_submission
-    from autograder.sandbox import Sandbox
+    from autograder.harness.sandbox import Sandbox
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{chapter}.ipynb"
         path.write_text(render(nb))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autograder.grade import grade_submission
-from autograder.notebook import read_submission
-from autograder.sandbox import Limits, Sandbox, bwrap_works
+from autograder.harness.notebook import read_submission
+from autograder.harness.sandbox import Limits, Sandbox, bwrap_works
 
 CHAPTER = Path(__file__).resolve().parent / "hostile" / "chapter"
 TOY = "99_toy"

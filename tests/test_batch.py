@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autograder import batch
-from autograder.batch_io import Job, Report, find_jobs, lms_rows
+from autograder.batch.io import Job, Report, find_jobs, lms_rows
 from tests.batch.toy import CHAPTER, ROOT, make_notebook, toy_chapter  # noqa: F401 - fixture
 
 CLASS = {"alice/98_batch_toy": "ok", "bob": "ok", "carol": "wrong", "dave": "segv", "erin": "loop",
@@ -166,7 +166,7 @@ def test_a_sandbox_that_cannot_start_stops_the_batch_with_its_reason(toy_chapter
 
 
 def test_a_second_run_on_the_same_output_folder_is_refused(tmp_path):
-    from autograder.batch_io import locked
+    from autograder.batch.io import locked
     with locked(tmp_path):
         with pytest.raises(RuntimeError, match="another grading run"):
             with locked(tmp_path):

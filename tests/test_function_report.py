@@ -1,5 +1,5 @@
 """Does grading one notebook print, per function, the points and each failed test's feedback?"""
-from autograder.results import function_report
+from autograder.harness.results import function_report
 
 
 def test_report_lists_functions_and_failed_feedback():

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from autograder.grade import grade_submission, max_points
-from autograder.sandbox import Limits, Sandbox, bwrap_command, gpu_binds
-from autograder.student import StudentProcess
+from autograder.harness.sandbox import Limits, Sandbox, bwrap_command, gpu_binds
+from autograder.harness.student import StudentProcess
 
 HERE = Path(__file__).resolve().parent
 CHAPTER = HERE / "hostile" / "chapter"
@@ -38,7 +38,7 @@ def test_gpu_nodes_come_after_dev_and_nothing_else_is_added():
 
 
 def test_set_limits_bounds_data_not_address_space():
-    code = ("import resource\nfrom autograder.zygote import set_limits\n"
+    code = ("import resource\nfrom autograder.harness.zygote import set_limits\n"
             "set_limits({'data_extra': 1 << 30})\n"
             "print(resource.getrlimit(resource.RLIMIT_DATA)[0], resource.getrlimit(resource.RLIMIT_AS)[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 from autograder.grade import grade_submission
-from autograder.sandbox import Limits, Sandbox
+from autograder.harness.sandbox import Limits, Sandbox
 
 CHAPTER = Path(__file__).resolve().parent / "hostile" / "chapter"
 

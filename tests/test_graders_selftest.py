@@ -9,7 +9,7 @@ import pytest
 
 from autograder.grade import grade_submission, max_points
 from autograder.paths import chapters, solutions_dir
-from autograder.sandbox import Limits, Sandbox
+from autograder.harness.sandbox import Limits, Sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = chapters()

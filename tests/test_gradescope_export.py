@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.gradescope import export, find_notebook
+from autograder.exports.gradescope import export, find_notebook
 from tests.batch.toy import CHAPTER, make_notebook, toy_chapter  # noqa: F401 - fixture
 
 
@@ -39,7 +39,7 @@ def test_the_zip_holds_the_scripts_the_hidden_tests_and_the_reference(exported):
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
         config = json.loads(zf.read("gradescope.json"))
         requirements = zf.read("requirements.txt").decode()
-    assert {"setup.sh", "run_autograder", "requirements.txt", "autograder/grade.py", "autograder/sandbox.py",
+    assert {"setup.sh", "run_autograder", "requirements.txt", "autograder/grade.py", "autograder/harness/sandbox.py",
             f"autograder/graders/test_{CHAPTER}.py", "autograder/graders/conftest.py", "autograder/graders/pytest.ini",
             f"solutions/{CHAPTER}.py", "attnkit/__init__.py"} <= names
     assert not any(n.startswith(("tests/", "exercises/")) or "__pycache__" in n for n in names)
@@ -79,7 +79,7 @@ def test_run_autograder_grades_as_an_unprivileged_user_and_writes_results(export
 
 
 def test_no_notebook_still_gives_gradescope_a_result(exported, tmp_path):
-    from autograder.gradescope import run
+    from autograder.exports.gradescope import run
     with zipfile.ZipFile(exported) as zf:
         zf.extract("gradescope.json", tmp_path / "source")
     (tmp_path / "submission").mkdir()

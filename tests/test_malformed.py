@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import notebook as nbmod
+from autograder.harness import notebook as nbmod
 from autograder.grade import grade_submission
-from autograder.notebook import read_submission
-from autograder.sandbox import Limits, Sandbox
+from autograder.harness.notebook import read_submission
+from autograder.harness.sandbox import Limits, Sandbox
 
 CHAPTER = Path(__file__).resolve().parent / "hostile" / "chapter"
 TOY, TOY_POINTS = "99_toy", 5.0

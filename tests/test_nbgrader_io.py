@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from autograder import batch
-from autograder.batch_io import Job
-from autograder.nbgrader_io import cell_scores, export_course, find_course_jobs, open_course
+from autograder.batch.io import Job
+from autograder.exports.nbgrader import cell_scores, export_course, find_course_jobs, open_course
 from tests.batch.toy import CHAPTER, make_notebook, toy_chapter  # noqa: F401 - fixture
 
 pytest.importorskip("nbgrader")

@@ -6,7 +6,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from autograder.notebook import read_submission
+from autograder.harness.notebook import read_submission
 from course.exercises import chapters
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import wire
+from autograder.harness import wire
 from autograder.grade import grade_submission
-from autograder.notebook import read_submission
-from autograder.results import write_json
-from autograder.sandbox import Limits, ReducedIsolationWarning, Sandbox, bwrap_works, choose_isolation
-from autograder.student import StudentError, StudentProcess
+from autograder.harness.notebook import read_submission
+from autograder.harness.results import write_json
+from autograder.harness.sandbox import Limits, ReducedIsolationWarning, Sandbox, bwrap_works, choose_isolation
+from autograder.harness.student import StudentError, StudentProcess
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -410,7 +410,7 @@ def test_fallback_drops_what_it_can(process_box):
 
 
 def test_fallback_warns_that_isolation_is_reduced(monkeypatch):
-    monkeypatch.setattr("autograder.sandbox.bwrap_works", lambda: False)
+    monkeypatch.setattr("autograder.harness.sandbox.bwrap_works", lambda: False)
     with pytest.warns(ReducedIsolationWarning, match="ISOLATION IS REDUCED"):
         assert choose_isolation("auto") == "process"
     with pytest.raises(RuntimeError, match="bubblewrap"):

@@ -78,3 +78,32 @@ def test_badges_use_the_configured_repository():
     text = book.BADGES.format(repo=book.REPO, chapter="99_x")
     assert "exercises/99_x.ipynb" in text and "](../_static/" in text
     assert "colab-badge.svg" in text and (ROOT / "book" / "_static" / "colab-badge.svg").exists()
+
+
+PAGES = sorted((ROOT / "book" / "chapters").glob("*.ipynb"))
+OBJECT_REPR = re.compile(r"<[\w.]+(?: object)? at 0x[0-9a-fA-F]+>")
+
+
+def object_reprs(nb: dict) -> list[str]:
+    """Outputs such as `<torch._C.Generator at 0x7f...>`: a cell's last line returned an object."""
+    found = []
+    for n, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/plain", "") if "data" in out else ""
+            text = "".join(text) if isinstance(text, list) else text
+            found += [f"cell {n}: {m}" for m in OBJECT_REPR.findall(text)]
+    return found
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_pages_show_no_object_addresses(path):
+    import json
+    found = object_reprs(json.loads(path.read_text()))
+    assert not found, f"{path.name} prints object addresses (end the cell with `_ = ...`):\n" + \
+        "\n".join(found)
+
+
+def test_object_address_is_caught():
+    nb = {"cells": [{"outputs": [{"data": {"text/plain": "<torch._C.Generator at 0x7f6d003153f0>"}}]},
+                    {"outputs": [{"data": {"text/plain": "tensor([1., 2.])"}}]}]}
+    assert object_reprs(nb) == ["cell 0: <torch._C.Generator at 0x7f6d003153f0>"]

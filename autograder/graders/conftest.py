@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.plugin import GradingPlugin
+from autograder.harness.plugin import GradingPlugin
 
 
 def pytest_addoption(parser) -> None:
@@ -19,13 +19,15 @@ def pytest_addoption(parser) -> None:
 def _plugin(config) -> GradingPlugin:
     plugin = next((p for p in config.pluginmanager.get_plugins() if isinstance(p, GradingPlugin)), None)
     if plugin is None:
-        from autograder.notebook import read_submission
-        from autograder.sandbox import Sandbox
+        from autograder.harness.notebook import read_submission
+        from autograder.harness.sandbox import Sandbox
+        from autograder.reference import load_reference
         path = config.getoption("--submission")
         if not path:
             pytest.exit("give --submission NOTEBOOK to run the graders directly", returncode=4)
         sub = read_submission(path)
-        plugin = GradingPlugin(sub.chapter, sub.cells, Sandbox(isolation=config.getoption("--isolation")))
+        plugin = GradingPlugin(sub.chapter, sub.cells, Sandbox(isolation=config.getoption("--isolation")),
+                               load_reference=load_reference)
         config.pluginmanager.register(plugin)
         config.add_cleanup(lambda: (plugin.close(), plugin.sandbox.close()))
     return plugin

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 PAD, BOS, EOS = 0, 1, 2
 A, B_, C, D = 3, 4, 5, 6  # letters of the hand-built toy models (V = 7)

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 F64 = torch.float64
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 BILM_ARGS = (12, 15)
 BILM_KW = {"d": 6, "n_layers": 2, "n_highway": 2, "char_dim": 5, "widths": (1, 2, 3), "n_filters": 4}

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 N_DRAWS = 40000
 
@@ -50,7 +50,7 @@ def expect_distribution(freq: torch.Tensor, want: torch.Tensor, what: str, mista
 
 
 def AssertionError_(message: str):
-    from autograder.check import GradingFailure
+    from autograder.harness.check import GradingFailure
     return GradingFailure(message)
 
 

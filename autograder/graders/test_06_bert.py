@@ -9,7 +9,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 CLS, SEP, MASK = 1, 2, 3
 

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 # (qlen, klen) pairs: without memory (qlen == klen) and with memory (klen > qlen)
 SHAPES = [(3, 7), (5, 9), (4, 4), (1, 5), (2, 2), (6, 6), (7, 20), (8, 11), (12, 12), (3, 16), (1, 1)]

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
 
 
 # ---------------------------------------------------------------- helpers (trusted side only)

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from autograder import batch_worker
+from autograder.batch import worker as batch_worker
 
 
 def grade(job, sandbox, settings) -> dict:

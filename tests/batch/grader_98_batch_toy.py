@@ -1,7 +1,7 @@
 """Hidden graders of the toy chapter 98_batch_toy (copied as test_98_batch_toy.py by tests/batch/toy.py)."""
 import torch
 
-from autograder.check import expect_close, graded, seeded
+from autograder.harness.check import expect_close, graded, seeded
 
 
 @graded("add", points=2, hint="Use +.")

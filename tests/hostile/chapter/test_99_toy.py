@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from autograder.check import expect, expect_close, graded, needs_cuda, seeded
+from autograder.harness.check import expect, expect_close, graded, needs_cuda, seeded
 
 SECRET_MARKER = "hidden-grader-source-7d1f"  # never shown to students
 

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from autograder.atomic import write_csv
+from autograder.harness.atomic import write_csv
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
 CSV_HEADER = ["submission", "chapter", "score", "max", "status"]
@@ -158,7 +158,7 @@ def stamp(result: dict, job: Job, sha: str) -> dict:
 def failure_result(job: Job, chapter: str | None, status: str, message: str, detail: str = "") -> dict:
     """A zero-score result for a submission whose grading did not finish (timeout, crash)."""
     from autograder.grade import bad_result
-    from autograder.notebook import read_submission
+    from autograder.harness.notebook import read_submission
     try:
         chapter = read_submission(job.path, chapter).chapter
     except Exception:  # noqa: BLE001 - unreadable: keep the chapter we were given

@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 SANDBOX_FILES = ("worker.py", "wire.py", "zygote.py")
 GiB, MiB = 1 << 30, 1 << 20
 SANDBOX_UID = 1000  # the student's uid inside the namespaces when the grader runs as root
@@ -135,12 +134,21 @@ def random_host_uid() -> int:
     return random.SystemRandom().randrange(1_000_000_000, 2_000_000_000)
 
 
+def attnkit_dir() -> Path:
+    """The provided `attnkit` package that student notebooks import (wherever it is installed)."""
+    import importlib.util
+    spec = importlib.util.find_spec("attnkit")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the attnkit package is not importable; install it (pip install -e .)")
+    return Path(spec.origin).resolve().parent
+
+
 def stage(dest: Path) -> Path:
     """Copy the worker files and the provided `attnkit` package into `dest`, readable by anyone."""
     dest.mkdir(mode=0o755, exist_ok=True)
     for name in SANDBOX_FILES:
         shutil.copy2(HERE / name, dest / name)
-    shutil.copytree(ROOT / "attnkit", dest / "attnkit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(attnkit_dir(), dest / "attnkit", ignore=shutil.ignore_patterns("__pycache__"))
     for path in [dest, *dest.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return dest
@@ -320,7 +328,7 @@ class Sandbox:
                     pass
             self.proc.wait()
             if self.isolation == "process" and self.host_uid:
-                from autograder.zygote import kill_uid
+                from autograder.harness.zygote import kill_uid
                 kill_uid(self.host_uid)  # orphans of a killed zygote went to init: they run as our uid
 
     def _restart(self) -> None:
@@ -401,7 +409,7 @@ class Sandbox:
             import torch
             self._cuda = False
             if torch.cuda.is_available():
-                from autograder.student import StudentProcess
+                from autograder.harness.student import StudentProcess
                 probe = StudentProcess(self, [])
                 try:
                     self._cuda = bool(probe.loaded().get("cuda"))

@@ -5,7 +5,7 @@ zip with setup.sh and run_autograder (from gradescope_template/), the
 autograder package, the provided `attnkit` package, the chapter's hidden
 graders and its reference solution, pinned requirements and gradescope.json.
 
-On Gradescope, run_autograder calls `python -m autograder.gradescope run`,
+On Gradescope, run_autograder calls `python -m autograder.exports.gradescope run`,
 which grades /autograder/submission's notebook and always writes
 /autograder/results/results.json. The grader runs as root (as Gradescope
 starts it); `Sandbox` runs the student's code as an unused, unprivileged uid
@@ -25,9 +25,10 @@ import zipfile
 from pathlib import Path
 
 from autograder.paths import ROOT, chapters, graders_dir, solutions_dir
-from autograder.sandbox import Limits, Sandbox
+from autograder.harness.sandbox import Limits, Sandbox
 
 HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent  # autograder/
 TEMPLATE = HERE / "gradescope_template"
 PACKAGES = ("torch", "numpy", "matplotlib", "pytest", "jupytext", "tqdm")  # what grading imports
 SCRIPTS = ("setup.sh", "run_autograder")
@@ -52,7 +53,7 @@ def _python_files(folder: Path, prefix: str) -> dict[str, Path]:
 
 def bundle(chapter: str) -> dict[str, Path]:
     """Zip path -> file: the package (graders of `chapter` only), attnkit, the reference."""
-    files = {k: v for k, v in _python_files(HERE, "autograder").items() if not k.startswith("autograder/graders/")}
+    files = {k: v for k, v in _python_files(PACKAGE, "autograder").items() if not k.startswith("autograder/graders/")}
     files.update(_python_files(ROOT / "attnkit", "attnkit"))
     for name in ("conftest.py", "pytest.ini", f"test_{chapter}.py"):
         files[f"autograder/graders/{name}"] = graders_dir() / name
@@ -120,7 +121,7 @@ def grade_here(root: Path) -> dict:
 
 def run(root: Path) -> int:
     """Write root/results/results.json for the submission in root/submission."""
-    from autograder.results import write_json
+    from autograder.harness.results import write_json
     try:
         result = grade_here(root)
     except Exception as exc:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
@@ -133,7 +134,7 @@ def run(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.gradescope", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m autograder.exports.gradescope", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="grade the submission in ROOT/submission (what run_autograder calls)")
     r.add_argument("--root", default="/autograder", help="Gradescope's /autograder folder")

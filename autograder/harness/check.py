@@ -25,9 +25,12 @@ def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
     return mark
 
 
+SEED_OFFSET = 0  # `make release` shifts every seed to draw the public checks' inputs (never the graders')
+
+
 def seeded(seed: int) -> torch.Generator:
     """A CPU generator for building a test's inputs."""
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(seed + SEED_OFFSET)
 
 
 def _describe(x: Any) -> str:

@@ -36,8 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from autograder.batch_io import Job
-from autograder.atomic import write_text
+from autograder.batch.io import Job
+from autograder.harness.atomic import write_text
 
 FALLBACK_CELL = "autograder"
 SIDE_FILES = ("timestamp.txt", "submission_secret.txt")

@@ -1,7 +1,8 @@
 """The pytest plugin that runs a chapter's graders against one submission.
 
-It owns the student process and the reference for the session, and turns
-each test's outcome into a Gradescope test entry: points from `@graded`,
+It owns the student process and the reference for the session (the caller
+says where the reference comes from: the harness knows no solutions folder),
+and turns each test's outcome into a Gradescope test entry: points from `@graded`,
 feedback from `GradingFailure` messages and the test's hint only (never the
 test's source, its locals or reference values).
 """
@@ -13,24 +14,16 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import pytest
 
-from autograder.check import GradingFailure, is_cuda_oom
-from autograder.reference import load_reference
-from autograder.sandbox import Sandbox
-from autograder.student import StudentProcess
+from autograder.harness.check import GradingFailure, is_cuda_oom
+from autograder.harness.results import TestResult
+from autograder.harness.sandbox import Sandbox
+from autograder.harness.student import StudentProcess
 
-@dataclass
-class TestResult:
-    """One grader's outcome."""
-
-    name: str
-    function: str
-    score: float
-    max_score: float
-    status: str  # passed | failed | skipped
-    output: str = ""
+__all__ = ["GradingPlugin", "TestResult", "gpu_lock"]
 
 
 @dataclass(eq=False)
@@ -43,6 +36,7 @@ class GradingPlugin:
     seed: int = 0
     budget_seconds: float | None = None  # None: the sandbox's Limits.submission_seconds
     only: str | None = None  # grade only the tests of this function (the known-wrong self-test)
+    load_reference: Callable[[str], Any] | None = None  # chapter -> the reference's names (the `ref` fixture)
     results: list[TestResult] = field(default_factory=list)
     _student: StudentProcess | None = None
     _started: float = field(default_factory=time.monotonic)
@@ -53,7 +47,9 @@ class GradingPlugin:
         return self._student
 
     def reference(self):
-        return load_reference(self.chapter)
+        if self.load_reference is None:
+            raise RuntimeError("this grading session was given no reference (GradingPlugin.load_reference)")
+        return self.load_reference(self.chapter)
 
     def close(self) -> None:
         if self._student is not None:

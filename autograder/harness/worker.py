@@ -24,7 +24,7 @@ import torch
 try:
     import wire
 except ImportError:  # imported as part of the autograder package (the reference)
-    from autograder import wire
+    from autograder.harness import wire
 
 STDOUT_LIMIT = 4000  # characters of the student's printed output kept per call
 MAGIC_RUN = {"time", "timeit", "capture", "prun"}  # cell magics whose body still runs

@@ -1,10 +1,24 @@
 """Gradescope's results.json shape, written atomically, and the summary table."""
 from __future__ import annotations
 
-from autograder.atomic import write_csv, write_json, write_text  # noqa: F401 - re-exported
-from autograder.plugin import TestResult
+from dataclasses import dataclass
+
+from autograder.harness.atomic import write_csv, write_json, write_text  # noqa: F401 - re-exported
 
 STUDENT_OUTPUT_LIMIT = 2000
+
+
+@dataclass
+class TestResult:
+    """One check's outcome."""
+
+    __test__ = False  # not a pytest test class
+    name: str
+    function: str
+    score: float
+    max_score: float
+    status: str  # passed | failed | skipped
+    output: str = ""
 
 
 def results_json(chapter: str | None, tests: list[TestResult], output: str,

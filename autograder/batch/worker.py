@@ -1,4 +1,4 @@
-"""A long-lived trusted worker of a batch: `python -m autograder.batch_worker FD`.
+"""A long-lived trusted worker of a batch: `python -m autograder.batch.worker FD`.
 
 The batch's parent starts N of these. Each imports torch, pytest and the
 autograder once, starts one `Sandbox` (whose zygote forks a fresh, isolated
@@ -22,7 +22,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from autograder.batch_io import Job, failure_result
+from autograder.batch.io import Job, failure_result
 
 PR_SET_PDEATHSIG = 1
 
@@ -38,7 +38,7 @@ def die_with_parent() -> None:
 
 def start_sandbox(settings):
     """This worker's sandbox; its zygote starts importing torch at once, alongside this process."""
-    from autograder.sandbox import Limits, Sandbox
+    from autograder.harness.sandbox import Limits, Sandbox
     return Sandbox(Limits(call_seconds=settings.call_timeout, submission_seconds=settings.submission_timeout,
                           threads=settings.threads()), isolation=settings.isolation)
 

@@ -3,7 +3,7 @@
 `python -m autograder grade DIR --out OUT --jobs N` comes here.
 
 - The parent stays light (no torch). It starts N long-lived trusted workers
-  (`autograder.batch_worker`), each of which imports torch, pytest and the
+  (`autograder.batch.worker`), each of which imports torch, pytest and the
   autograder once and owns one `Sandbox`, whose zygote forks a fresh isolated
   student process for every submission, exactly as in the single case: no
   Python start-up and no import per submission.
@@ -34,8 +34,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Callable, Iterator
 
-from autograder.atomic import write_json
-from autograder.batch_io import (FINAL, Job, Report, failure_result, find_jobs, is_finished, locked,
+from autograder.harness.atomic import write_json
+from autograder.batch.io import (FINAL, Job, Report, failure_result, find_jobs, is_finished, locked,
                                  read_result, result_path, sha256_of, stamp, write_grades_csv, write_lms_csv)
 
 __all__ = ["FINAL", "Job", "Report", "Settings", "find_jobs", "plan", "run_batch", "write_lms_csv"]
@@ -56,7 +56,7 @@ class Settings:
     kill_after: float = 120.0  # past submission_timeout, the worker is killed (score 0, status timeout)
     force: bool = False
     progress: bool = True
-    worker: str = "autograder.batch_worker"  # the module each worker runs (`python -m WORKER FD`)
+    worker: str = "autograder.batch.worker"  # the module each worker runs (`python -m WORKER FD`)
 
     def threads(self) -> int:
         """Torch threads per worker and per student process: the cores shared out."""

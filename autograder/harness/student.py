@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from autograder import wire
-from autograder.check import GradingFailure
-from autograder.sandbox import Sandbox
+from autograder.harness import wire
+from autograder.harness.check import GradingFailure
+from autograder.harness.sandbox import Sandbox
 
 SKIP_TAGS = ("skip-grading",)
 MAX_BAD_CELLS = 3  # cells that may hang or kill the process before the notebook counts as unrunnable
@@ -353,6 +353,13 @@ class StudentProcess:
                                "device": device, "train": train, "timeout": timeout}, name)
         return ModuleCall(reply["value"], reply.get("attrs", {}), reply.get("param_grads", {}),
                           reply.get("devices", []), reply.get("state_keys", []), reply.get("stdout", ""))
+
+    def replay(self, request: dict) -> dict:
+        """Send a recorded request (a public check's `call` or `module` request) as it is; the checked
+        reply: value, inputs, grads, attrs, param_grads, devices, state_keys, stdout."""
+        if request.get("op") not in ("call", "module"):
+            raise ValueError(f"not a call or module request: {request.get('op')!r}")
+        return self._request(dict(request), str(request.get("name")))
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
