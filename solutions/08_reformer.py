@@ -791,7 +791,7 @@ def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64) -> floa
 err32, err64 = inversion_error(torch.float32), inversion_error(torch.float64)
 print(f"12 blocks, inversion error: float32 {err32:.1e}, float64 {err64:.1e}")
 glue("ch08_inv_err32", err32)
-glue("ch08_inv_err64", err64)
+_ = glue("ch08_inv_err64", err64)
 
 # %% [markdown]
 # Inverting 12 blocks of width 64 (feed-forwards $64 \to 256 \to 64$, default
@@ -808,7 +808,7 @@ glue("ch08_inv_err64", err64)
 #
 # Activation memory (bytes autograd saves for backward) of one head of full
 # shared-QK attention and of LSH attention (chunks of 64, 4 rounds, 16
-# buckets of width 64), batch 1, for $L$ from 256 to 8192; a stated budget of
+# buckets, $D = 64$, seed 0), batch 1, for $L$ from 256 to 8192; a stated budget of
 # 128 MiB per head marks where full attention stops fitting. The sweep to
 # $L = 16\,384$, with the peak memory of the whole process and timings, is in
 # `benchmarks/bench_08_lsh_memory.py`.
@@ -839,7 +839,7 @@ glue("ch08_mem_ratio_8192", mem_full[-1] / mem_lsh[-1])
 glue("ch08_crossover", min(L for L, a, b in zip(lengths, mem_full, mem_lsh) if a > b))
 glue("ch08_lsh_growth", mem_lsh[-1] / mem_lsh[-2])
 glue("ch08_full_growth", mem_full[-1] / mem_full[-2])
-glue("ch08_full_fits_upto", max(L for L, a in zip(lengths, mem_full) if a <= BUDGET))
+_ = glue("ch08_full_fits_upto", max(L for L, a in zip(lengths, mem_full) if a <= BUDGET))
 
 # %% [markdown]
 # Full attention's memory grows about fourfold with each doubling of $L$
@@ -852,13 +852,30 @@ glue("ch08_full_fits_upto", max(L for L, a in zip(lengths, mem_full) if a <= BUD
 # gathered keys and values, the masks), so at short lengths full attention is
 # the cheaper one: LSH attention first wins at $L =$
 # {glue:text}`ch08_crossover` here. Its advantage grows linearly with $L$.
-# `benchmarks/bench_08_lsh_memory.py` measures the peak memory of a whole
-# forward and backward pass (one head, $D = 64$, chunks of 64, 4 rounds,
-# $L/64$ buckets, CPU, one thread, one run on a machine with load average 20):
-# at $L = 8192$ full attention peaked at 838 MiB against 112 MiB for LSH
-# attention (7.5 times less) and took 16.1 s against 2.8 s (5.7 times
-# faster); at $L = 16\,384$, 3338 MiB against 223 MiB (15 times less) and
-# 79 s against 4.8 s (17 times faster); at $L = 1024$ the two were even.
+#
+# The benchmark `benchmarks/bench_08_lsh_memory.py` measures whole processes:
+# the peak resident memory of a forward and backward pass (glibc's
+# `MALLOC_MMAP_THRESHOLD_=65536`, so freed tensors return to the system) and
+# its CPU time, for one head ($D = 64$, chunks of 64, 4 rounds, $L/64$
+# buckets, one thread), in three versions: full attention, this chapter's
+# `lsh_attention`, and the same graded pieces with each round wrapped in
+# `torch.utils.checkpoint`, so that autograd keeps only a round's output
+# and log-sum-exp and recomputes the round in the backward pass. One run of
+# `python benchmarks/bench_08_lsh_memory.py` (2026-11-23, the course's 2-core
+# build machine, CPU, load average 8 to 13 from other jobs, hence CPU seconds
+# rather than wall time) measured, as peak MiB and CPU seconds:
+#
+# | $L$ | full attention | `lsh_attention` | rounds recomputed |
+# | --- | --- | --- | --- |
+# | 1024 | 13.7 MiB, 0.031 s | 12.5 MiB, 0.034 s | 5.0 MiB, 0.048 s |
+# | 4096 | 210 MiB, 0.56 s | 56 MiB, 0.11 s | 21.5 MiB, 0.18 s |
+# | 8192 | 836 MiB, 2.44 s | 112 MiB (7.5x less), 0.26 s (9.5x faster) | 42 MiB (19.8x less), 0.34 s (7.1x faster) |
+# | 16384 | 3334 MiB, 9.6 s | 223 MiB (14.9x less), 0.53 s (18.1x faster) | 124 MiB (26.8x less), 0.76 s (12.7x faster) |
+#
+# At $L = 1024$ LSH attention is no cheaper; from there its advantage in
+# memory and time grows about linearly with $L$ (it doubles with every
+# doubling). Recomputing the rounds costs 1.3 to 1.6 times the CPU time of
+# `lsh_attention` and saves another factor of 1.8 to 2.7 in memory.
 #
 # ### Memory against depth
 #
@@ -907,23 +924,27 @@ plt.tight_layout()
 plt.show()
 glue("ch08_rev_12_over_2", mem_rev[-1] / mem_rev[0])
 glue("ch08_std_12_over_2", mem_std[-1] / mem_std[0])
-glue("ch08_std_per_layer", (mem_std[-1] - mem_std[0]) / (depths[-1] - depths[0]))
+_ = glue("ch08_std_per_layer", (mem_std[-1] - mem_std[0]) / (depths[-1] - depths[0]))
 
 # %% [markdown]
 # Standard layers cost {glue:text}`ch08_std_per_layer:.2f` MiB more per
 # layer (12 layers: {glue:text}`ch08_std_12_over_2:.1f` times the memory of
 # 2). The reversible stack keeps only its final outputs: 12 layers cost
-# {glue:text}`ch08_rev_12_over_2:.2f` times what 2 cost, well inside the
-# issue's target of 1.3. The memory the reversible backward needs while it
+# {glue:text}`ch08_rev_12_over_2:.2f` times what 2 cost, flat in depth as
+# the Reformer promises. The memory the reversible backward needs while it
 # runs (one block's recomputed graph at a time) is not in these counts; the
-# benchmark's process peaks include it. Measured there
-# (`benchmarks/bench_08_reversible.py`, CPU, peak resident memory of a
-# forward and backward pass, batch 16 x 1024, $d = 64$, parameters and
-# gradients included, one run on a machine with load average 13): 12
-# reversible layers took 1.06 times the peak of 2 (99 against 94 MiB, about
-# 0.6 MiB per extra layer: its parameters and gradients), 12 standard layers
-# 4.4 times (40 MiB per extra layer); the reversible step was about 1.3 times
-# slower, the price of recomputing every layer.
+# benchmark's process peaks include it. One run of
+# `python benchmarks/bench_08_reversible.py` (2026-11-23, the course's 2-core
+# build machine, CPU, one thread, load average 8 to 13 from other jobs;
+# peak resident memory of a forward and backward pass with glibc's
+# `MALLOC_MMAP_THRESHOLD_=65536`, batch 16 x 1024, $d = 64$, parameters and
+# gradients included; time in CPU seconds of the process) measured: 12
+# reversible layers peaked at 99.0 MiB against 93.3 MiB for 2 (1.06 times;
+# 24 layers 105.7 MiB, 1.13 times), 0.56 MiB per extra layer, which is its
+# parameters and their gradients; standard layers 40.3 MiB per extra layer
+# (12 layers 520 MiB, 24 layers 1004 MiB: 9.5 times the reversible stack).
+# The reversible step took 1.16 to 1.44 times the CPU time of the standard
+# one (1.30 at 24 layers), the price of recomputing every layer.
 #
 # ### Chunked feed-forward, measured
 #
@@ -1052,6 +1073,66 @@ for r, a in accs.items():
 # few rounds gets better when evaluated with more: each extra round is one
 # more chance for a query to share a bucket with the token it must copy.
 #
+# Here are the buckets of a real sequence: the shared query/keys of the
+# trained model's second layer (head 0, one round of 4 buckets) on a
+# duplication sequence, before and after sorting. Below it we count, over
+# the 512 evaluation sequences and all heads, how often the two copies of a
+# symbol (positions $i$ and $i + 16$) land in the same bucket in at least one
+# of $r$ rounds.
+
+# %% tags=["skip-grading", "hide-input"]
+@torch.no_grad()
+def layer_buckets(seq: torch.Tensor, layer: int, rotations: torch.Tensor) -> torch.Tensor:
+    """Buckets (n_rounds, n * heads, T) of the shared QK of `layer` (through its `qk`)."""
+    h = model.emb(seq) + model.pos[: seq.shape[1]]
+    for i in range(layer):
+        h = h + model.attns[i](model.norms[2 * i](h))
+        h = h + model.ffs[i](model.norms[2 * i + 1](h))
+    attn = model.attns[layer]
+    qk = attn.qk(model.norms[2 * layer](h))                       # (n, T, D)
+    n, T, D = qk.shape
+    H = attn.n_heads
+    qk = qk.reshape(n, T, H, D // H).transpose(1, 2).reshape(n * H, T, D // H)  # (n*H, T, d_k)
+    return lsh_hash(qk, rotations.to(qk.device))                  # (rounds, n*H, T)
+
+
+model.set_hashes(2)
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(123)
+seq = duplication_batch(512, gen).to(device)
+d_k = 64 // model.attns[1].n_heads
+bk = layer_buckets(seq, 1, torch.randn(8, d_k, 2, generator=gen)).cpu()  # (8, 512*H, T)
+first, second = bk[:, :, 1:W_LEN + 1], bk[:, :, W_LEN + 2:]      # the two copies of w
+fig, axes = plt.subplots(2, 1, figsize=(8, 2.6), sharex=True)
+order, _ = sort_by_bucket(bk[0, 0])
+for ax, vals, title in ((axes[0], bk[0, 0], "layer 2, head 0: buckets of 0 w 0 w in order"),
+                        (axes[1], bk[0, 0][order], "after sort_by_bucket (chunks of 8 dashed)")):
+    ax.imshow(vals[None].numpy(), cmap="tab10", aspect="auto", vmin=0, vmax=9)
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+for c in range(8, T_DUP, 8):
+    axes[1].axvline(c - 0.5, color="k", ls="--", lw=0.8)
+axes[1].set_xlabel("position (upper) / sorted slot (lower)")
+plt.tight_layout()
+plt.show()
+for r in (1, 2, 4, 8):
+    hit = (first[:r] == second[:r]).any(dim=0).float().mean().item()
+    print(f"{r} round(s): the two copies share a bucket in {hit:.3f} of cases "
+          f"(independent random buckets: {1 - 0.75 ** r:.3f})")
+    glue(f"ch08_copy_bucket_{r}", hit)
+
+# %% [markdown]
+# The two copies of a symbol share one of the 4 buckets in
+# {glue:text}`ch08_copy_bucket_1:.3f` of cases with one round,
+# {glue:text}`ch08_copy_bucket_2:.3f` with two, {glue:text}`ch08_copy_bucket_4:.3f`
+# with four and {glue:text}`ch08_copy_bucket_8:.3f` with eight (rotations drawn
+# with seed 123). Buckets drawn independently at random would give
+# $1 - (3/4)^r$: 0.25, 0.44, 0.68, 0.90. In this run the measured fractions
+# stay close to those, so the other copy of a symbol is not, by itself, the
+# key this layer hashes together with a query; which key it is, is
+# exercise 8. What the rounds do is the same for any pair: each round is
+# one more chance to share a bucket.
+#
 # ### Approximation error against rounds
 #
 # The same effect without training: 512 queries ($D = 64$) drawn around 32
@@ -1117,6 +1198,11 @@ for r in (1, 2, 4, 8):
 #    problem for training?
 # 7. Chunking the feed-forward changes nothing in the output. Which layer of
 #    a Transformer could *not* be chunked along time this way?
+# 8. With `layer_buckets`, find which key a query of the second $w$ shares a
+#    bucket with most often in the trained model's two layers: the other copy
+#    of its own symbol, the position after it, or the one before? Compare
+#    with the attention weights of full shared-QK attention on the same
+#    query/keys. What does the model need to copy the next symbol?
 #
 # ## References
 # ```{bibliography}
