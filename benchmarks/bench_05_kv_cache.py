@@ -4,7 +4,10 @@ Runs the chapter's own GPT (solutions/05_gpt.py, its definitions only) greedily 
 prompt for 50, 200 and 500 new tokens, with and without the cache, in the same run, and prints
 the times, their ratio, whether the tokens are identical, and the cache's size. Asserts nothing.
 
-    .venv/bin/python benchmarks/bench_05_kv_cache.py [--device cpu] [--d-model 128] [--layers 4]
+    .venv/bin/python benchmarks/bench_05_kv_cache.py [--device cpu] [--d-model 128] [--layers 2]
+        [--threads 1]
+
+The defaults are the notebook's timing cell (2 layers, d_model 128, one CPU thread).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def chapter_definitions() -> dict:
     """The solution's imports, functions and classes (no experiment cells)."""
     tree = ast.parse((ROOT / "solutions" / "05_gpt.py").read_text())
-    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef))
+    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    keep = [n for n in tree.body if isinstance(n, kinds)
             and not (isinstance(n, ast.ImportFrom) and n.module == "attnkit.train")]
     ns: dict = {"__name__": "bench_05"}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "05_gpt", "exec"), ns)
@@ -32,15 +36,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     ns = chapter_definitions()
     GPT, generate, gpt_init_ = ns["GPT"], ns["generate"], ns["gpt_init_"]
     torch.manual_seed(0)
     device = torch.device(args.device)
-    model = gpt_init_(GPT(12, d_model=args.d_model, n_heads=4, d_ff=4 * args.d_model, n_layers=args.layers,
-                          max_len=520)).to(device).eval()
+    model = gpt_init_(GPT(12, d_model=args.d_model, n_heads=4, d_ff=4 * args.d_model,
+                          n_layers=args.layers, max_len=520)).to(device).eval()
     prompt = torch.randint(0, 8, (1, 10), generator=torch.Generator().manual_seed(0)).to(device)
 
     def timed(n: int, use_cache: bool) -> tuple[float, torch.Tensor]:
@@ -64,7 +70,8 @@ def main() -> None:
         fast_t, fast = timed(n, True)
         with torch.no_grad():
             _, caches = model(fast[:, :-1])
-        mib = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in caches) / 2**20
+        mib = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
+                  for k, v in caches) / 2**20
         print(f"{n:10d} {slow_t:13.3f} {fast_t:10.3f} {slow_t / fast_t:8.1f}x "
               f"{str(torch.equal(slow, fast)):>10s} {mib:10.2f}")
 

@@ -163,5 +163,6 @@ HEADLINES = {
     "ch05_acc_0shot": 0.08,
     "ch05_acc_8shot": 0.15,
     "ch05_zero_shot_marker": 0.15,
+    "ch05_max_gap": 0.06,
     "ch05_identical": 0.0,
 }
