@@ -1,4 +1,5 @@
-"""`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives`.
+"""`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives
+| nbgrader-course DIR`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
@@ -40,6 +41,9 @@ def main(argv: list[str]) -> int:
             print(f"solution code in {path}: {line}")
         print(f"checked {len(files)} files: {len(leaks)} solution lines found")
         return 1 if leaks else 0
+    if cmd == "nbgrader-course":
+        from course.nbgrader_course import main as nbgrader_course
+        return nbgrader_course(rest)
     if cmd in ("alternative", "alternatives"):
         from course.alternatives import chapters_with_alternatives, check
         names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()

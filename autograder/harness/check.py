@@ -51,9 +51,15 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
     if isinstance(want, (tuple, list)):
         return (isinstance(got, (tuple, list)) and len(got) == len(want)
                 and all(_close(a, b, rtol, atol) for a, b in zip(got, want)))
+    if isinstance(want, dict):
+        return (isinstance(got, dict) and got.keys() == want.keys()
+                and all(_close(got[k], want[k], rtol, atol) for k in want))
     if isinstance(want, float):
         return isinstance(got, (int, float)) and abs(got - want) <= atol + rtol * abs(want)
-    return got == want
+    try:
+        return bool(got == want)
+    except (RuntimeError, TypeError, ValueError):  # e.g. a tensor where a number was expected
+        return False
 
 
 def expect_close(got: Any, want: Any, what: str = "your output", *, rtol: float = 1e-4,
