@@ -25,8 +25,23 @@ def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
 
 def wants_batch(args: argparse.Namespace) -> bool:
     """A folder, several files or any class-scale option: the parallel, resumable engine."""
-    return bool(args.nbgrader_course or args.jobs > 1 or args.force or args.lms_csv
-                or len(args.paths) != 1 or Path(args.paths[0]).is_dir())
+    return bool(args.nbgrader_course or args.jobs > 1 or args.force or args.lms_csv or args.scheduler
+                or args.cluster or len(args.paths) != 1 or Path(args.paths[0]).is_dir())
+
+
+def cluster_runner(args: argparse.Namespace):
+    """(runner, cluster) for --scheduler or --cluster; (None, None) for the local pool."""
+    if not (args.scheduler or args.cluster):
+        return None, None
+    from autograder import cluster
+    threads = dict(threads=args.worker_threads, connect_timeout=args.connect_timeout)
+    if args.scheduler:
+        return cluster.runner(args.scheduler, worker_wait=args.worker_wait or 60.0, **threads), None
+    from autograder.cluster.jobqueue import start_cluster
+    started = start_cluster(args.cluster, args.jobs, args.cluster_config, args.tls)
+    print(f"submitted {args.jobs} {args.cluster} jobs of Dask workers; scheduler at {started.scheduler_address}",
+          file=sys.stderr)
+    return cluster.runner(started, worker_wait=args.worker_wait or 1800.0, **threads), started
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -49,7 +64,16 @@ def cmd_batch(args: argparse.Namespace) -> int:
     settings = batch.Settings(out, jobs=args.jobs, chapter=args.chapter, isolation=args.isolation,
                               call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
                               force=args.force, progress=not args.no_progress)
-    report = batch.run_batch(jobs, settings)
+    try:
+        runner, started = cluster_runner(args)
+    except RuntimeError as exc:  # dask-jobqueue missing or misconfigured
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        report = batch.run_batch(jobs, settings, runner=runner)
+    finally:
+        if started is not None:
+            started.close()  # cancels the batch jobs
     done = [(j, r) for j in jobs if (r := report.results.get(j.name)) and r["extra_data"].get("status") in batch.FINAL]
     if args.lms_csv:
         left_out = batch.write_lms_csv(Path(args.lms_csv), report, tuple(args.lms_columns.split(",", 1)))
@@ -116,6 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--submission-timeout", type=float, default=600.0,
                    help="seconds of grading per submission: tests not started by then fail; 120 s later "
                    "it is stopped (score 0, status timeout)")
+    c = g.add_argument_group("grading on a Dask cluster (see 'On a Dask cluster' in the README)")
+    c.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on the Dask workers of this scheduler, e.g. tcp://HOST:8786 or tls://HOST:8786")
+    c.add_argument("--cluster", choices=("slurm", "pbs", "sge"),
+                   help="start --jobs batch jobs of Dask workers (dask-jobqueue; settings from Dask's "
+                   "jobqueue configuration or --cluster-config)")
+    c.add_argument("--cluster-config", metavar="FILE", help="a YAML file with a jobqueue: section")
+    c.add_argument("--tls", action="store_true", help="with --cluster: mutual TLS with the certificates of Dask's "
+                   "configuration (distributed.comm.tls)")
+    c.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to reach the scheduler")
+    c.add_argument("--worker-wait", type=float, default=0.0,
+                   help="seconds to wait for a first worker (default 60 with --scheduler, 1800 with --cluster)")
+    c.add_argument("--worker-threads", type=int, default=0,
+                   help="torch threads per worker (default: the host's cores shared among its workers)")
     g.add_argument("--force", action="store_true", help="regrade submissions that already have results")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--nbgrader-course", metavar="DIR",
@@ -135,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("grade needs notebooks or folders, or --nbgrader-course DIR --assignment NAME")
     if args.command == "grade" and not (args.out or args.nbgrader_course):
         parser.error("grade needs --out DIR")
+    if args.command == "grade" and args.scheduler and args.cluster:
+        parser.error("--scheduler and --cluster: give one")
     if args.command == "grade" and len(args.lms_columns.split(",")) != 2:
         parser.error("--lms-columns takes two names: ID_COLUMN,SCORE_COLUMN")
     return args.func(args)

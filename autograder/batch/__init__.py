@@ -237,8 +237,12 @@ def plan(jobs: list[Job], out: Path, force: bool = False) -> tuple[Report, list[
 
 
 def run_batch(jobs: list[Job], settings: Settings,
-              on_result: Callable[[Job, dict], None] | None = None) -> Report:
-    """Grade `jobs` into settings.out; skip finished ones unless settings.force; write grades.csv."""
+              on_result: Callable[[Job, dict], None] | None = None, runner: Callable | None = None) -> Report:
+    """Grade `jobs` into settings.out; skip finished ones unless settings.force; write grades.csv.
+
+    `runner(settings, todo, report, record)` is the engine (`.run()`): this module's local pool by
+    default, `autograder.cluster.runner(...)` for a Dask cluster.
+    """
     out = Path(settings.out)
     with locked(out), sigterm_as_interrupt():
         report, todo = plan(jobs, out, settings.force)
@@ -255,7 +259,7 @@ def run_batch(jobs: list[Job], settings: Settings,
 
         try:
             if todo:
-                Batch(settings, todo, report, record).run()
+                (runner or Batch)(settings, todo, report, record).run()
         except KeyboardInterrupt:
             report.interrupted = True
         finally:
