@@ -22,10 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def chapter_definitions() -> dict:
-    """The solution's imports, functions and classes (no experiment cells)."""
+    """The solution's imports, functions and classes before its Experiment, and gpt_init_."""
     tree = ast.parse((ROOT / "solutions" / "05_gpt.py").read_text())
+    source = (ROOT / "solutions" / "05_gpt.py").read_text()
+    experiment = source[:source.index("# ## Experiment")].count("\n") + 1   # its first line
     kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
     keep = [n for n in tree.body if isinstance(n, kinds)
+            and (n.lineno < experiment or getattr(n, "name", "") == "gpt_init_")
             and not (isinstance(n, ast.ImportFrom) and n.module == "attnkit.train")]
     ns: dict = {"__name__": "bench_05"}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "05_gpt", "exec"), ns)
