@@ -203,7 +203,9 @@ def test_submission_wall_clock_budget_stops_grading(box, tmp_path):
         result = grade(box, tmp_path, "slow")
     finally:
         box.limits = LIMITS
-    assert time.monotonic() - started < 6
+    # The feedback proves the budget stopped grading: the later tests were never called. The wall
+    # clock only guards against a hang; a tight bound failed at load 12 (6.03 s for a 2.5 s budget).
+    assert time.monotonic() - started < 30
     tests = by_function(result)
     assert "ran longer than 1.5 s in `causal_mask`" in tests["causal_mask"]["output"]
     assert "used up its 2.5 s" in tests["scaled_scores"]["output"]
