@@ -61,9 +61,10 @@ REAL_MANUAL_SEED = torch.manual_seed
 
 
 # ---------------------------------------------------------------- recording the graders' requests
-def reference_namespace(chapter: str, extra_code: str | None = None) -> dict:
-    """The names the solution notebook defines (skip-grading cells skipped), `extra_code` appended."""
-    cells = list(read_submission(ROOT / "solutions" / f"{chapter}.py").cells)
+def reference_namespace(chapter: str, extra_code: str | None = None, path: Path | None = None) -> dict:
+    """The names the solution notebook (or the notebook at `path`) defines, skip-grading cells skipped,
+    `extra_code` appended."""
+    cells = list(read_submission(path or ROOT / "solutions" / f"{chapter}.py", chapter).cells)
     if extra_code is not None:
         cells.append({"cell_type": "code", "source": extra_code, "tags": []})
     ns: dict = {"__name__": f"reference_{chapter}"}
@@ -216,6 +217,10 @@ def build_checks(chapter: str) -> dict:
                 by_test.setdefault(test_id, []).append(part)
     mistakes = load_mistakes(chapter)
     wrong_ns = {id(m): mistaken_namespace(ns, m.code) for m in mistakes}
+    alternative = alternative_namespace(chapter)
+    if alternative is not None:  # what a second correct solution answers differently is not checkable
+        by_test = {test: kept for test, parts in by_test.items()
+                   if (kept := [p for p in parts if agrees(alternative, p)])}
     checks, uncovered = [], []
     for function in functions:
         chosen = [t for t in tests if t["function"] == function and by_test.get(t["id"])][:MAX_CHECKS]
@@ -275,6 +280,33 @@ def nudge_records(records: list[dict], ns: dict, secret: set) -> list[tuple[str,
                                               "want": reply_subset(clean_reply(wire.decode(wire.encode(reply))))}))
                 break
     return out
+
+
+def alternative_namespace(chapter: str) -> dict | None:
+    """The names the chapter's alternative solution (tests/alternatives/NN_name.py, spliced into the
+    exercise notebook) defines; None if the chapter has none."""
+    if not (ROOT / "tests" / "alternatives" / f"{chapter}.py").exists():
+        return None
+    import tempfile
+    from course.alternatives import alternative_notebook
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{chapter}.ipynb"
+        nbformat.write(alternative_notebook(chapter), path)
+        return reference_namespace(chapter, path=path)
+
+
+def agrees(ns: dict, part: dict) -> bool:
+    """Whether the names in `ns` (the alternative solution) pass this recorded request: a request on
+    which two correct solutions differ (a grader that compares only part of an output) is dropped."""
+    with real_seeds():
+        reply = answer(ns, wire.decode(wire.encode(part["request"])))
+    if not reply.get("ok"):
+        return False
+    try:
+        check_reply(clean_reply(wire.decode(wire.encode(reply))), part)
+    except GradingFailure:
+        return False
+    return True
 
 
 def named_mistakes(part: dict, mistakes: list, wrong_ns: dict) -> dict:
@@ -427,13 +459,14 @@ Released under the MIT licence (LICENSE).
 
 
 CACHE = ROOT / "_build" / "public-checks"
-RECORDING_VERSION = 1  # bump when the way checks are recorded changes: it invalidates the cache
+RECORDING_VERSION = 2  # bump when the way checks are recorded changes: it invalidates the cache
 
 
 def inputs_key(chapter: str) -> str:
     """A hash of everything a chapter's public checks are computed from."""
     files = [ROOT / "solutions" / f"{chapter}.py", ROOT / "autograder" / "graders" / f"test_{chapter}.py",
              ROOT / "autograder" / "graders" / "conftest.py", ROOT / "tests" / "mistakes" / f"{chapter}.py",
+             ROOT / "tests" / "alternatives" / f"{chapter}.py",
              *sorted(HARNESS.glob("*.py")), *sorted((ROOT / "attnkit").glob("*.py"))]
     h = hashlib.sha256(f"recording {RECORDING_VERSION}".encode())
     for f in files:
@@ -536,14 +569,16 @@ def code_lines(path: Path) -> set[str]:
 
 
 def grader_lines() -> set[str]:
-    """Code lines of the hidden graders (and their known mistakes) that no shipped source contains."""
+    """Code lines of the hidden graders (and their known mistakes) that neither the shipped packages nor
+    the exercise notebooks' given code contain (`with torch.no_grad():` is not evidence)."""
     lines: set[str] = set()
     for path in sorted((ROOT / "autograder" / "graders").glob("*.py")):
         lines |= code_lines(path)
     for path in sorted((ROOT / "tests" / "mistakes").glob("[0-9]*.py")):
         lines |= code_lines(path)
-    shipped = shipped_text()
-    return {ln for ln in lines if ln not in shipped}
+    given = shipped_text() + "\n".join(re.sub(r"[ \t]+", " ", c.source) for ch in chapters()
+                                      for c in exercise_notebook(ch).cells)
+    return {ln for ln in lines if ln not in given}  # what the exercises or the packages show is not secret
 
 
 def shipped_text() -> str:
