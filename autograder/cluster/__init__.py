@@ -100,8 +100,9 @@ class ClusterBatch:
             return
         try:
             version = course_version()
-            ws = WorkerSettings(self.settings.chapter, self.settings.isolation, self.settings.call_timeout,
-                                self.settings.submission_timeout, self.threads)
+            s = self.settings
+            ws = WorkerSettings(s.chapter, s.isolation, s.call_timeout, s.submission_timeout, s.kill_after,
+                                self.threads)
             self.name = plugin_name(ws, version)
             self._wait_for_workers(client)
             client.register_plugin(GraderPlugin(ws, version, self.name), name=self.name)

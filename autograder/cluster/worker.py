@@ -1,4 +1,4 @@
-"""What runs on a Dask worker: one warm sandbox per worker process, and the grading task.
+"""What runs on a Dask worker: one warm grading process per worker, and the grading task.
 
 The client registers a `GraderPlugin` with the scheduler, which installs it on
 every worker, present and future (a worker restarted by its nanny gets it
@@ -7,19 +7,23 @@ again). On each worker the plugin
 - computes that worker's course version (graders, reference, harness) and
   remembers the client's: a task on a worker whose version differs raises
   `CourseMismatch` instead of grading;
-- starts one `Sandbox` in a background thread (the zygote that forks a
-  fresh, isolated student process per submission) and preloads torch, the
-  graders and the chapter's reference, exactly as a worker of the local pool
-  does (`autograder.batch.worker`), so that a submission costs the same.
+- starts one trusted grading process of the local pool
+  (`python -m autograder.batch.worker FD`: torch, the graders and the reference
+  loaded once, one `Sandbox` whose zygote forks a fresh, isolated student
+  process per submission) and keeps it warm. Grading therefore runs the local
+  pool's very code, in a process of its own: not in a thread of the Dask
+  worker, whose event loop would share the GIL with it (that cost +25% per
+  submission on the loaded 2-core machine). As in the local pool, a grading
+  process that dies is replaced, and one that overruns the submission budget
+  plus `kill_after` is killed (status timeout).
 
 `grade_remote` is the task: the submission arrives as bytes (no shared file
-system), is written to a private temporary folder under its own file name
-and graded by `autograder.batch.worker.grade_one`. Student code runs only in
-the sandbox's student process, never in the Dask worker.
+system), is written to a private temporary folder under its own file name and
+handed to the grading process. Student code runs only in the sandbox's
+student process, never in the Dask worker.
 """
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import socket
@@ -50,6 +54,7 @@ class WorkerSettings:
     isolation: str
     call_timeout: float
     submission_timeout: float
+    kill_after: float = 120.0  # past submission_timeout, the grading process is killed (status timeout)
     threads: int = 0  # torch threads per worker; 0: the host's cores shared among its workers
 
 
@@ -65,14 +70,16 @@ class GraderPlugin(WorkerPlugin):
         self.worker_version = course_version()
         self.address = worker.address
         self.ready = threading.Event()
-        self.sandbox, self.failure, self.batch_settings, self.thread = None, "", None, None
+        self.local, self.failure, self.batch_settings, self.thread = None, "", None, None
         if self.worker_version != self.version:
             self.ready.set()
             return
-        self.batch_settings = self._batch_settings(await self._workers_on_this_host(worker))
-        # One long-lived thread starts the sandbox and grades: bubblewrap's --die-with-parent is a
-        # parent-death signal, sent when the *thread* that started the zygote ends, so a zygote
-        # started in a passing thread (a task's, this setup's) would die with it.
+        threads = self.settings.threads
+        jobs = max(1, (os.cpu_count() or 1) // threads) if threads else await self._workers_on_this_host(worker)
+        self.batch_settings = self._batch_settings(jobs)  # Settings.threads(): cores // jobs
+        # One long-lived thread starts the grading process and talks to it: that process asks for a
+        # parent-death signal (PR_SET_PDEATHSIG), which the kernel sends when the *thread* that
+        # started it ends, so a process started in a passing thread would die with that thread.
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="autograder-sandbox")
         self.thread.submit(self._warm)
 
@@ -88,24 +95,30 @@ class GraderPlugin(WorkerPlugin):
     def _batch_settings(self, jobs: int):
         from autograder.batch import Settings
         s = self.settings
-        settings = Settings(Path(tempfile.gettempdir()), jobs=jobs, chapter=s.chapter, isolation=s.isolation,
-                            call_timeout=s.call_timeout, submission_timeout=s.submission_timeout, progress=False)
-        if s.threads:
-            settings.threads = lambda: s.threads  # type: ignore[method-assign]
-        return settings
+        return Settings(Path(tempfile.gettempdir()), jobs=jobs, chapter=s.chapter, isolation=s.isolation,
+                        call_timeout=s.call_timeout, submission_timeout=s.submission_timeout,
+                        kill_after=s.kill_after, progress=False)
 
     def _warm(self) -> None:
-        from autograder.batch import worker as batch_worker
         try:
-            self.sandbox = batch_worker.start_sandbox(self.batch_settings)
-            batch_worker.preload(self.batch_settings)  # while the zygote imports torch too
-            batch_worker.prove(self.sandbox)
-            gc.collect()
-            gc.freeze()  # as the local pool's workers: pytest's gc.collect() then skips torch's objects
-        except Exception as exc:  # noqa: BLE001 - e.g. bwrap asked for but missing
+            self.failure = self._start()
+        except Exception as exc:  # noqa: BLE001
             self.failure = f"{type(exc).__name__}: {exc}"
         finally:
             self.ready.set()
+
+    def _start(self) -> str:
+        """Start the grading process and wait until it serves; "" or why it could not start."""
+        from autograder.batch import STARTUP_SECONDS, start_worker
+        self.local = start_worker(self.batch_settings)
+        if not self.local.conn.poll(STARTUP_SECONDS):
+            self.local.stop(force=True)
+            return f"the grading process did not start within {STARTUP_SECONDS:g} s"
+        try:
+            msg = self.local.conn.recv()
+        except (EOFError, OSError):
+            return f"the grading process died while starting (exit code {self.local.proc.wait()})"
+        return "" if msg[0] == "ready" else f"the sandbox could not start: {msg[1]}"
 
     def teardown(self, worker) -> None:
         if getattr(self, "thread", None) is not None:
@@ -113,11 +126,11 @@ class GraderPlugin(WorkerPlugin):
             self.thread.shutdown(wait=True)
 
     def _close(self) -> None:
-        if self.sandbox is not None:
-            self.sandbox.close()
+        if self.local is not None:
+            self.local.stop(force=self.local.job is not None)
 
     def grade(self, job: Job) -> dict:
-        """Grade one submission in this worker's sandbox (started again if its zygote died)."""
+        """Grade one submission in this worker's grading process (started again if it died)."""
         if self.worker_version != self.version:
             raise CourseMismatch(
                 f"worker {self.address} on {socket.gethostname()} has course version "
@@ -127,20 +140,36 @@ class GraderPlugin(WorkerPlugin):
         self.ready.wait()
         if self.failure:
             raise SandboxFailed(f"the sandbox could not start on worker {self.address}: {self.failure}")
-        return self.thread.submit(self._grade, job).result()  # one at a time, whatever --nthreads says
+        return self.thread.submit(grade_job, job, self).result()  # one at a time, whatever --nthreads says
 
-    def _grade(self, job: Job) -> dict:
-        from autograder.batch import worker as batch_worker
-        if self.sandbox.proc.poll() is not None:  # the zygote is gone for good: a new sandbox
-            self.sandbox.close()
-            self.sandbox = batch_worker.start_sandbox(self.batch_settings)
-        return grade_job(job, self.sandbox, self.batch_settings)
+    def dispatch(self, job: Job) -> dict:
+        """Send `job` to the grading process and wait for its result, as the local pool's parent does."""
+        from autograder.batch.io import failure_result
+        if self.local.proc.poll() is not None:  # died between submissions: a fresh one
+            if failure := self._start():
+                raise SandboxFailed(f"the sandbox could not start again on worker {self.address}: {failure}")
+        limit = self.settings.submission_timeout + self.settings.kill_after
+        self.local.job = job
+        self.local.conn.send(job)
+        if self.local.conn.poll(limit):
+            try:
+                result = self.local.conn.recv()[1]
+                self.local.job = None
+                return result
+            except (EOFError, OSError):
+                code = self.local.proc.wait()
+                self.local.stop(force=True)
+                return failure_result(job, self.settings.chapter, "crashed", "The grading process died while "
+                                      "grading this submission; it will be retried on the next run.",
+                                      f"exit code {code}")
+        self.local.stop(force=True)
+        return failure_result(job, self.settings.chapter, "timeout", f"Grading this submission took longer "
+                              f"than {limit:g} s, so it was stopped. Score: 0.")
 
 
-def grade_job(job: Job, sandbox, settings) -> dict:
+def grade_job(job: Job, plugin: GraderPlugin) -> dict:
     """The grading itself; a separate function so that tests can inject faults (a Dask preload)."""
-    from autograder.batch import worker as batch_worker
-    return batch_worker.grade_one(job, sandbox, settings)
+    return plugin.dispatch(job)
 
 
 def grade_remote(plugin_name: str, name: str, filename: str, data: bytes | None) -> dict:

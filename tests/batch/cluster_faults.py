@@ -13,10 +13,10 @@ from autograder.cluster import worker as cluster_worker
 _grade = cluster_worker.grade_job
 
 
-def grade_job(job, sandbox, settings) -> dict:
+def grade_job(job, plugin) -> dict:
     if job.name.split("__")[0].endswith("boom"):
         os._exit(9)  # the Dask worker itself dies, as if the OOM killer had struck
-    return _grade(job, sandbox, settings)
+    return _grade(job, plugin)
 
 
 def dask_setup(worker) -> None:
