@@ -95,8 +95,11 @@ class ELMo(nn.Module):
 
 
 # The notebook's init_bilm sets every weight from the parameter names, so this run starts from the
-# book's weights; only the float rounding of other but equivalent operations differs, and 600 steps
-# of training can amplify it: the sense probes (a biLM still learning the topics) get wide bands.
+# book's weights; only the float rounding of other but equivalent operations differs, and 1000 steps
+# of training amplify it. Measured (this file against the solution): sense of bank 97.3 vs 97.9
+# (layer 2) and 93.1 vs 96.4 (layer 1), same-sense neighbours 96.4 vs 97.2, loss 2.137 vs 2.131.
+# At 600 steps the sense probes differed by 6 to 9 points (the topics half learned), hence bands
+# several times the differences measured at 1000 steps.
 HEADLINES = {"ch04_lm_loss": 0.05, "ch04_pos_layer0": 2.0, "ch04_posamb_layer0": 6.0,
              "ch04_sense_layer0": 4.0, "ch04_posamb_layer1": 2.0, "ch04_posamb_layer2": 2.0,
-             "ch04_sense_layer1": 10.0, "ch04_sense_layer2": 8.0, "ch04_nn_layer2": 8.0}
+             "ch04_sense_layer1": 8.0, "ch04_sense_layer2": 5.0, "ch04_nn_layer2": 5.0}
