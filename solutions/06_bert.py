@@ -114,7 +114,7 @@ _ = torch.manual_seed(0)
 # does not hurt the model's grasp of language {cite}`devlin2019`. The
 # experiment below compares only 80/10/10 with 100/0/0 (every selected token
 # `[MASK]`), so it measures the joint effect of the random and unchanged
-# tokens, not each one alone.
+# tokens; two more splits, measured once, are quoted with it.
 #
 # The BERT paper's ablation (its Table 8: BERT-base, CoNLL-2003 NER dev F1
 # with frozen features) found the differences small: 94.9 for 80/10/10,
@@ -132,7 +132,7 @@ _ = torch.manual_seed(0)
 # per-token variant: each token is selected independently, so the number of
 # targets varies from sequence to sequence. BERT's released code instead
 # picks exactly $\mathrm{round}(0.15\,n)$ positions of a sequence of $n$
-# tokens.
+# tokens (at least one, and at most a set maximum per sequence).
 #
 # ### Next-sentence prediction
 #
@@ -820,10 +820,11 @@ print("T5 round trip ok")
 # initialises its own, but they do depend on how many random numbers it
 # draws: the layers are built after it, from the same random stream, so the
 # page's figures are reproduced exactly by a module that builds the
-# attributes its docstring names and draws nothing else. Pre-training: NSP pairs from your
-# `nsp_pairs` over 1500 documents, drawn three times (three sets of about
-# 6000 pairs); each run of about 93 steps draws its batches with
-# replacement from one set, and the runs cycle through the three sets, so
+# attributes its docstring names and draws nothing else.
+#
+# Pre-training: NSP pairs from your `nsp_pairs` over 1500 documents, drawn
+# three times (three sets of about 6000 pairs); each run of about 93 steps
+# draws its batches with replacement from one set, and the runs cycle through the three sets, so
 # 600 steps see about 6.4 epochs' worth of pairs. Each pair is packed by
 # `bert_input` and masked afresh at every step by `mlm_mask` (dynamic
 # masking, as RoBERTa). `mlm_mask` may draw id 0, which is `[PAD]`, as a
@@ -999,7 +1000,7 @@ print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, "
 # %% [markdown]
 # The 80/10/10 model restores {glue:text}`ch06_mlm_acc:.1f`% of the masked
 # tokens, against about 7% for always guessing the most frequent word
-# (*and*). The ceiling is not much higher than 40%: nearly half the tokens
+# (*and*). The ceiling is low: nearly half the tokens
 # are filler words drawn at random from the document's four topic words,
 # which no model guesses better than one time in four, and a masked cue can
 # be told only up to its type (one of three cues on its side). An oracle
