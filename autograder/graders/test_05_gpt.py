@@ -265,6 +265,11 @@ def test_filter_top_p_tiny(student, ref):
     want = ref.filter_logits(logits, top_p=1e-4)
     expect_close(got, want, "filter_logits(logits, top_p=1e-4)", mistakes={
         "every token removed (the most probable token must always stay)": torch.full_like(logits, float("-inf"))})
+    top = logits.argmax(-1, keepdim=True)                                  # (3, 1)
+    want0 = torch.full_like(logits, float("-inf")).scatter(-1, top, logits.gather(-1, top))
+    expect_close(student.filter_logits(logits, top_p=0.0), want0, "filter_logits(logits, top_p=0.0)", mistakes={
+        "every token removed at top_p=0 (the most probable token must always stay)":
+            torch.full_like(logits, float("-inf"))})
 
 
 @graded("filter_logits", points=2,

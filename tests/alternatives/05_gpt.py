@@ -65,12 +65,14 @@ def attend_with_cache(q, k, v, cache=None):
 def filter_logits(logits, top_k=None, top_p=None):
     neg = torch.full((), float("-inf"), dtype=logits.dtype, device=logits.device)
     out = logits.clone()
+    if top_k is not None and top_k <= 0:
+        raise ValueError("top_k must be a positive int")
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.sort(logits, dim=-1, descending=True).values[..., top_k - 1:top_k]
         out = torch.where(logits >= kth, out, neg)
     if top_p is not None and top_p < 1.0:
         p = torch.softmax(out, dim=-1)
-        ps, idx = torch.sort(p, dim=-1, descending=True)
+        ps, idx = torch.sort(p, dim=-1, descending=True, stable=True)
         keep_sorted = torch.cumsum(ps, -1) - ps < top_p
         keep_sorted[..., 0] = True
         keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)
@@ -165,4 +167,7 @@ HEADLINES = {
     "ch05_zero_shot_marker": 0.15,
     "ch05_max_gap": 0.06,
     "ch05_identical": 0.0,
+    "ch05_top_answer_share": 0.2,
+    "ch05_plateau": 0.06,
+    "ch05_predicted_500": 1e-9,
 }

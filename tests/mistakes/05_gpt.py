@@ -68,6 +68,16 @@ def filter_logits(logits, top_k=None, top_p=None):
         out = out.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
     return out
 ''', feedback="every token removed"),
+    Mistake("filter_logits", "top-p drops everything at top_p=0 (top one not forced)", '''
+_filter_ok = filter_logits
+def filter_logits(logits, top_k=None, top_p=None):
+    out = _filter_ok(logits, top_k, None)
+    if top_p is not None and top_p < 1.0:
+        probs, order = out.softmax(-1).sort(-1, descending=True)
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        out = out.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return out
+''', feedback="top_p=0"),
     Mistake("filter_logits", "removed entries set to 0", '''
 _filter_ok = filter_logits
 def filter_logits(logits, top_k=None, top_p=None):
