@@ -261,7 +261,7 @@ from torch import Tensor, nn
 import attnkit
 from attnkit.data import Vocab, batches, reversal_pairs
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ### Additive (concat) score
