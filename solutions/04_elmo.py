@@ -92,8 +92,8 @@ _ = torch.manual_seed(0)
 # predict the neighbours through a **shared** softmax layer $\Theta_s$; the
 # token representation $\Theta_x$ is shared too. Training maximises
 #
-# $$\sum_{k=1}^{N} \Big( \log p(t_k \mid t_1..t_{k-1}; \Theta_x, \overrightarrow\Theta_{LSTM}, \Theta_s)
-#  + \log p(t_k \mid t_{k+1}..t_N; \Theta_x, \overleftarrow\Theta_{LSTM}, \Theta_s) \Big).$$
+# $$\sum_{k=1}^{N} \Big( \log p(t_k \mid t_1..t_{k-1}; \Theta_x, \overrightarrow\Theta_{LSTM}, \Theta_s) +
+#  \log p(t_k \mid t_{k+1}..t_N; \Theta_x, \overleftarrow\Theta_{LSTM}, \Theta_s) \Big).$$
 #
 # In index form, with a batch of padded sequences that start with `<s>` and
 # end with `</s>`: the forward logits at position $i$ predict token $i+1$,
@@ -138,8 +138,8 @@ _ = torch.manual_seed(0)
 #    **maximum over positions** (max-pooling over time) and goes through a
 #    ReLU: a filter is a detector of a character n-gram, anywhere in the word;
 # 3. **highway layers** (Srivastava et al., 2015, {cite}`srivastava2015highway`)
-#    mix the filters: with a gate $g = \sigma(x W_g^\top + b_g)$,
-#    $$\mathrm{highway}(x) = g \odot \mathrm{relu}(x W_h^\top + b_h) + (1 - g) \odot x ,$$
+#    mix the filters: with a gate $g = \sigma(x W_g^\top + b_g)$, the output is
+#    $\mathrm{highway}(x) = g \odot \mathrm{relu}(x W_h^\top + b_h) + (1 - g) \odot x$,
 #    so that each feature either goes through the non-linear transform or
 #    is carried unchanged;
 # 4. a linear projection to the LSTM width $d$.
