@@ -17,7 +17,7 @@ from autograder.harness.notebook import BadSubmission, chapter_from_name, read_s
 from autograder.paths import chapters, graders_dir
 from autograder.reference import load_reference
 from autograder.harness.plugin import GradingPlugin, TestResult
-from autograder.harness.results import cell_errors_text, label_student_output, results_json
+from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
 
 
@@ -84,14 +84,8 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     tests: list[TestResult] = plugin.results
     score = sum(t.score for t in tests)
     total = sum(t.max_score for t in tests)
-    lines = [f"Chapter {sub.chapter}: {score:g} / {total:g} points."]
-    if load_failure:
-        lines.append(f"Your notebook could not be run: {load_failure}.")
-    errors = cell_errors_text(report.get("cells", []))
-    if errors:
-        lines.append(errors)
-    if printed:
-        lines.append(label_student_output(printed))
+    lines = feedback_lines(f"Chapter {sub.chapter}: {score:g} / {total:g} points.", load_failure,
+                           report, printed)
     cuda = sandbox.cuda_usable()
     if not cuda and torch.cuda.is_available():
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "

@@ -19,7 +19,7 @@ import torch
 
 from autograder.harness.check import GradingFailure, expect, expect_close, expect_unmodified
 from autograder.harness.notebook import BadSubmission, chapter_from_name, read_submission
-from autograder.harness.results import TestResult, cell_errors_text, label_student_output, results_json
+from autograder.harness.results import TestResult, feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
 from autograder.harness.student import StudentError, StudentProcess
 
@@ -96,14 +96,8 @@ def check_notebook(path: str | Path, checks: dict, sandbox: Sandbox, seed: int =
     finally:
         student.close()
     score, total = sum(t.score for t in tests), sum(t.max_score for t in tests)
-    lines = [f"Chapter {chapter}, public checks: {score:g} / {total:g} points."]
-    if load_failure:
-        lines.append(f"Your notebook could not be run: {load_failure}.")
-    errors = cell_errors_text(report.get("cells", []))
-    if errors:
-        lines.append(errors)
-    if printed:
-        lines.append(label_student_output(printed))
+    lines = feedback_lines(f"Chapter {chapter}, public checks: {score:g} / {total:g} points.",
+                           load_failure, report, printed)
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
              "isolation": sandbox.isolation, "public_checks": True}
     return results_json(chapter, tests, "\n\n".join(lines), extra)

@@ -66,6 +66,20 @@ def label_student_output(text: str) -> str:
     return f"Your code printed (first {STUDENT_OUTPUT_LIMIT} characters, shown as printed):\n{fenced}"
 
 
+def feedback_lines(header: str, load_failure: str | None, report: dict, printed: str) -> list[str]:
+    """The opening lines of a submission's feedback: its score line, then why the notebook could
+    not run, its cell errors and what it printed (each only when there is one)."""
+    lines = [header]
+    if load_failure:
+        lines.append(f"Your notebook could not be run: {load_failure}.")
+    errors = cell_errors_text(report.get("cells", []))
+    if errors:
+        lines.append(errors)
+    if printed:
+        lines.append(label_student_output(printed))
+    return lines
+
+
 def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:
     """A plain-text table: submission, chapter, score, max, status."""
     header = ("submission", "chapter", "score", "max", "status")
