@@ -23,7 +23,7 @@ import pytest
 from autograder import batch
 from autograder.batch.io import find_jobs
 from tests.batch import toy
-from tests.batch.toy import CHAPTER, HERE, ROOT, make_notebook
+from tests.batch.toy import CHAPTER, HERE, ROOT, make_notebook, toy_folders
 
 pytest.importorskip("distributed")
 
@@ -57,18 +57,6 @@ def make_class(folder: Path, members: dict[str, str], empty: bool = True) -> Pat
         (folder / "empty").mkdir()
         nbformat.write(nbformat.v4.new_notebook(), folder / "empty" / f"{CHAPTER}.ipynb")
     return folder
-
-
-def toy_folders(root: Path) -> tuple[Path, Path]:
-    """solutions/ and graders/ of the toy chapter (as tests/batch/toy.py's fixture builds them)."""
-    sol, graders = root / "solutions", root / "graders"
-    sol.mkdir(parents=True)
-    graders.mkdir()
-    shutil.copy(HERE / f"{CHAPTER}.py", sol)
-    shutil.copy(HERE / f"grader_{CHAPTER}.py", graders / f"test_{CHAPTER}.py")
-    for name in ("conftest.py", "pytest.ini"):
-        shutil.copy(ROOT / "autograder" / "graders" / name, graders)
-    return sol, graders
 
 
 class LocalDask:

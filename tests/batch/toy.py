@@ -48,17 +48,23 @@ def make_notebook(path: Path, variant: str = "ok") -> Path:
     return path
 
 
-@pytest.fixture
-def toy_chapter(tmp_path, monkeypatch) -> Path:
-    """A solutions/ and graders/ pair with only the toy chapter; returns their parent folder."""
-    from autograder.reference import load_reference
-    sol, graders = tmp_path / "chapter" / "solutions", tmp_path / "chapter" / "graders"
+def toy_folders(root: Path) -> tuple[Path, Path]:
+    """solutions/ and graders/ of the toy chapter (the toy_chapter fixture's)."""
+    sol, graders = root / "solutions", root / "graders"
     sol.mkdir(parents=True)
     graders.mkdir()
     shutil.copy(HERE / f"{CHAPTER}.py", sol)
     shutil.copy(HERE / f"grader_{CHAPTER}.py", graders / f"test_{CHAPTER}.py")
     for name in ("conftest.py", "pytest.ini"):
         shutil.copy(ROOT / "autograder" / "graders" / name, graders)
+    return sol, graders
+
+
+@pytest.fixture
+def toy_chapter(tmp_path, monkeypatch) -> Path:
+    """A solutions/ and graders/ pair with only the toy chapter; returns their parent folder."""
+    from autograder.reference import load_reference
+    sol, graders = toy_folders(tmp_path / "chapter")
     monkeypatch.setenv("AUTOGRADER_SOLUTIONS", str(sol))
     monkeypatch.setenv("AUTOGRADER_GRADERS", str(graders))
     load_reference.cache_clear()
