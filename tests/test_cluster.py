@@ -23,7 +23,7 @@ import pytest
 from autograder import batch
 from autograder.batch.io import find_jobs
 from tests.batch import toy
-from tests.batch.toy import CHAPTER, HERE, ROOT, make_notebook, toy_folders
+from tests.batch.toy import CHAPTER, ROOT, make_notebook, toy_folders
 
 pytest.importorskip("distributed")
 
