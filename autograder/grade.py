@@ -47,13 +47,25 @@ def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
                         {"status": "error", "execution_time": round(seconds, 2)}, max_score=total)
 
 
-def run_graders(plugin: GradingPlugin) -> None:
-    """Run the chapter's grader file with pytest, quietly, in this process."""
+# pytest plugins the graders do not use (they take only the `student` and `ref` fixtures). Each costs
+# time in every session: `logging` installs handlers around every test phase, `unraisableexception`
+# runs gc.collect() at the end of the session (benchmarks/bench_grade_breakdown.py). Graders fail
+# through `expect` (GradingFailure), so pytest's assertion rewriting (`--assert=plain`: off) buys
+# nothing, and setting it up reads every installed package's metadata each session.
+UNUSED_PLUGINS = ("logging", "unraisableexception", "threadexception", "faulthandler", "pastebin",
+                  "junitxml", "doctest", "stepwise", "setuponly", "setupplan", "legacypath", "tmpdir",
+                  "monkeypatch", "recwarn", "subtests", "unittest")
+
+
+def run_graders(plugin: GradingPlugin, extra_plugins: tuple = ()) -> None:
+    """Run the chapter's grader file with pytest, quietly, in this process (`extra_plugins`: e.g. a
+    benchmark's timers)."""
     args = [str(grader_file(plugin.chapter)), "-c", str(graders_dir() / "pytest.ini"),
             "--rootdir", str(graders_dir()), "-q", "--no-header", "--tb=no", "-p", "no:randomly",
-            "--import-mode=importlib", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            "--import-mode=importlib", "--assert=plain", "--capture=sys",
+            *(arg for name in UNUSED_PLUGINS for arg in ("-p", f"no:{name}"))]
     with contextlib.redirect_stdout(io.StringIO()):
-        pytest.main(args, plugins=[plugin])
+        pytest.main(args, plugins=[plugin, *extra_plugins])
 
 
 def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0,

@@ -115,6 +115,8 @@ def clean_reply(reply: Any) -> dict:
     for key in ("devices", "state_keys"):
         items = reply.get(key)
         out[key] = [x for x in items if isinstance(x, str)] if isinstance(items, list) else []
+    busy = reply.get("busy")  # the student process's own account of the call: for benchmarks only
+    out["busy"] = float(busy) if type(busy) in (int, float) and 0 <= busy < 1e6 else 0.0
     out["inputs"] = out["inputs"] if isinstance(out["inputs"], list) else []
     out["grads"] = out["grads"] if isinstance(out["grads"], list) else []
     for key in ("attrs", "param_grads"):

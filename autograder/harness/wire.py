@@ -29,6 +29,8 @@ MAX_DEPTH = 64  # nesting of lists, tuples and dicts
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
     torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
+NAMES = {d: name for name, d in DTYPES.items()}
+ITEM_SIZE = {name: torch.empty((), dtype=d).element_size() for name, d in DTYPES.items()}
 
 
 class WireError(RuntimeError):
@@ -66,14 +68,22 @@ def span(shape: list, stride: list) -> int:
 def _pack_tensor(t: torch.Tensor, blobs: list, size: list) -> dict:
     """The tensor's strides are kept (a non-contiguous or expanded input stays so): the elements of
     storage it reaches are sent, and rebuilt with `as_strided`."""
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in DTYPES or t.layout is not torch.strided or t.is_quantized:
+    name = NAMES.get(t.dtype)
+    if name is None or t.layout is not torch.strided or t.is_quantized:
         raise WireError(f"cannot send a {t.layout} tensor of dtype {t.dtype}")
-    t = t.detach().to("cpu").resolve_conj().resolve_neg()
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
     shape, stride = list(t.shape), list(t.stride())
     reach = span(shape, stride)
-    flat = torch.as_strided(t, (reach,), (1,), t.storage_offset()) if reach else t.new_empty(0)
-    data = flat.view(torch.uint8).numpy().tobytes() if reach else b""
+    if not reach:
+        data = b""
+    elif reach == t.numel() and t.storage_offset() == 0 and t.is_contiguous():  # the common case
+        data = (t.view(torch.int16) if t.dtype is torch.bfloat16 else t).numpy().tobytes()  # C order
+    else:
+        data = torch.as_strided(t, (reach,), (1,), t.storage_offset()).view(torch.uint8).numpy().tobytes()
     blobs.append(data)
     size[0] += len(data)
     return {"~T": [name, shape, stride, size[0] - len(data), len(data)]}
@@ -117,7 +127,7 @@ def _unpack_tensor(val: list, blob: memoryview) -> torch.Tensor:
     dtype = DTYPES[name]
     reach = span(shape, stride)
     if type(offset) is not int or type(nbytes) is not int or offset < 0 \
-            or nbytes != reach * torch.empty((), dtype=dtype).element_size() or offset + nbytes > len(blob):
+            or nbytes != reach * ITEM_SIZE[name] or offset + nbytes > len(blob):
         raise WireError("malformed tensor: its size does not match its data")
     if reach == 0:
         return torch.empty(shape, dtype=dtype)

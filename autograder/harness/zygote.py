@@ -25,6 +25,7 @@ In both, rlimits bound memory, CPU time, processes and file sizes.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import resource
@@ -475,6 +476,8 @@ def run(control: socket.socket, serve: Callable) -> None:
     """Answer `spawn`, `end` and `status` requests until the trusted side hangs up or says `exit`."""
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     preload()
+    gc.collect()
+    gc.freeze()  # what was imported stays out of every child's collections: no copy-on-write of its pages
     control.sendall(b'{"ready": true}')
     while True:
         msg, fds, _, _ = socket.recv_fds(control, 65536, 1)
