@@ -6,7 +6,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+                                      reference_cache, seeded)
 
 
 # ---------------------------------------------------------------- helpers (trusted side only)
@@ -31,6 +32,7 @@ def softmax_then_mask(q, k, v, mask):
     return w @ v, w
 
 
+@reference_cache
 def ref_module(ref, cls: str, *args, seed: int = 0, **kwargs):
     """A reference module in eval mode with seeded weights (LayerNorm gains and biases perturbed too)."""
     torch.manual_seed(seed)
@@ -639,6 +641,7 @@ def test_decoder(student, ref):
         })
 
 
+@reference_cache
 def tiny_transformer(ref, seed: int, eos_boost: float = 0.0):
     """A small reference Transformer with larger embeddings and output weights (so that outputs depend on the tokens);
     `eos_boost` is added to the EOS logit (id 2) to make hypotheses end sooner or later."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+                                      reference_cache, seeded)
 
 BILM_ARGS = (12, 15)
 BILM_KW = {"d": 6, "n_layers": 2, "n_highway": 2, "char_dim": 5, "widths": (1, 2, 3), "n_filters": 4}
 
 
+@reference_cache
 def ref_bilm(ref, seed: int):
     torch.manual_seed(seed)
     return ref.BiLM(*BILM_ARGS, **BILM_KW).eval()

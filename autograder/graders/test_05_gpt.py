@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+                                      reference_cache, seeded)
 
 N_DRAWS = 40000
 
@@ -128,6 +129,7 @@ def qkv_cache(seed: int, B=2, H=3, S=4, T=3, d=8, dtype=torch.float32):
     return r(T), r(T), r(T), (r(S), r(S))
 
 
+@reference_cache
 def ref_module(ref, cls: str, *args, seed: int = 0):
     """A reference module in eval mode with seeded weights (LayerNorms perturbed, larger embeddings)."""
     torch.manual_seed(seed)

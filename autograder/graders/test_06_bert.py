@@ -9,7 +9,8 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+                                      reference_cache, seeded)
 
 CLS, SEP, MASK = 1, 2, 3
 
@@ -23,6 +24,7 @@ def segments_variant(n_a: int, n_b: int | None, first_sep: int, last_sep: int, c
     return torch.tensor(seg)
 
 
+@reference_cache
 def mlm_batch(seed: int, B: int, T: int, vocab: int = 1000, pad_from: float = 0.8):
     """Ids in [5, vocab), [CLS] first, [SEP] last real token, padding (id 0) after a random length."""
     g = seeded(seed)

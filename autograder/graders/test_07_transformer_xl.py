@@ -5,7 +5,8 @@ import math
 
 import torch
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+                                      reference_cache, seeded)
 
 # (qlen, klen) pairs: without memory (qlen == klen) and with memory (klen > qlen)
 SHAPES = [(3, 7), (5, 9), (4, 4), (1, 5), (2, 2), (6, 6), (7, 20), (8, 11), (12, 12), (3, 16), (1, 1)]
@@ -60,6 +61,7 @@ def shift_other_way(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@reference_cache
 def scores_loop(q, k, r, u, v, terms="abcd"):
     """The four terms, pair by pair, with the distance mlen + i - j written out (0 where masked)."""
     B, H, qlen, d = q.shape
@@ -104,6 +106,7 @@ def rpe_variant(klen: int, d: int, *, ascending=False, interleave=False, cos_fir
     return torch.cat([c, s] if cos_first else [s, c], dim=-1).float()
 
 
+@reference_cache
 def ref_module(ref, cls: str, *args, seed: int = 0):
     """A reference module in eval mode with seeded weights (u, v, LayerNorms perturbed too)."""
     torch.manual_seed(seed)

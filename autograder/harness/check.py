@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from autograder.harness.memo import reference_cache  # noqa: F401 - part of the graders' API
+
 
 class GradingFailure(AssertionError):
     """A check failed; its message is shown to the student."""
