@@ -34,6 +34,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from _baseline import describe, worktree  # noqa: E402
 
 
 def make_submissions(chapter: str, n: int, folder: Path) -> list[Path]:
@@ -58,9 +59,10 @@ def timed(cmd: list[str], **kw) -> float:
     return time.perf_counter() - started
 
 
-def bench_ours(folder: Path, out: Path, jobs: int) -> tuple[float, dict]:
+def bench_ours(folder: Path, out: Path, jobs: int, tree: Path = ROOT) -> tuple[float, dict]:
+    """Seconds to grade `folder` with the autograder of `tree` (this checkout, or a baseline's)."""
     seconds = timed([sys.executable, "-m", "autograder", "grade", str(folder), "--out", str(out),
-                     "--jobs", str(jobs), "--no-progress"], cwd=ROOT)
+                     "--jobs", str(jobs), "--no-progress"], cwd=tree)
     counts: dict[str, int] = {}
     for line in (out / "grades.csv").read_text().splitlines()[1:]:
         status = line.rsplit(",", 1)[-1]
@@ -116,12 +118,18 @@ def main() -> None:
     parser.add_argument("--import-sample", type=int, default=20)
     parser.add_argument("--nbgrader-sample", type=int, default=10, help="0: skip nbgrader")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--baseline", metavar="REV", help="also grade the same submissions with the autograder "
+                        "of commit REV (a git worktree), right after ours")
     args = parser.parse_args()
     n, jobs = args.n, args.jobs
     tmp = Path(tempfile.mkdtemp(prefix="bench-batch-"))
+    old = None
     try:
         subs = make_submissions(args.chapter, n, tmp / "subs")
         ours, counts = bench_ours(tmp / "subs", tmp / "out", jobs)
+        if args.baseline:
+            with worktree(args.baseline) as tree:
+                old, old_counts = bench_ours(tmp / "subs", tmp / "out-baseline", jobs, tree)
         bare = bench_bare_import(args.import_sample, jobs) * n / args.import_sample
         nbg = (bench_nbgrader(args.chapter, subs[: args.nbgrader_sample], tmp / "course") * n / args.nbgrader_sample
                if args.nbgrader_sample else None)
@@ -137,6 +145,11 @@ def main() -> None:
           f"  target <= 180 s")
     print(f"  (a) python -c 'import torch' per sub  {bare:7.1f} s  (from {args.import_sample}, {jobs} at a time)"
           f"  ours / (a) = {ours / bare:.2f}")
+    if old is not None:
+        print(f"  baseline {describe(args.baseline)}")
+        print(f"    the same, with the baseline's autograder {old:7.1f} s  ({old_counts})  ours / baseline = "
+              f"{ours / old:.2f}")
+        figures.update(baseline=args.baseline, baseline_s=round(old, 1))
     if nbg:
         print(f"  (b) nbgrader autograde               {nbg:7.1f} s  (from {args.nbgrader_sample}, serial)"
               f"  ours / (b) = {ours / nbg:.3f}, {nbg / ours:.1f}x faster")

@@ -4,11 +4,14 @@ Both are measured in the same run, on the same machine, as the median of a
 few repetitions of a fresh command (what an instructor or a student runs).
 Target: grading at most 3x the bare import (goal 2x). Prints figures; asserts nothing.
 
-    .venv/bin/python benchmarks/bench_grade_one.py [CHAPTER] [--repeat N]
+    .venv/bin/python benchmarks/bench_grade_one.py [CHAPTER] [--repeat N] [--baseline REV]
+
+`--baseline REV` also times the autograder of commit REV (a git worktree), interleaved with ours.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -17,11 +20,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _baseline import describe, worktree  # noqa: E402
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], cwd: Path = ROOT) -> float:
     started = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
 
 
@@ -31,18 +36,27 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("chapter", nargs="?", default=(chapters() or [None])[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", metavar="REV")
     args = parser.parse_args()
     py = sys.executable
-    bare = [timed([py, "-c", "import torch"]) for _ in range(args.repeat)]
-    with tempfile.TemporaryDirectory() as out:
-        notebook = ROOT / "solutions" / f"{args.chapter}.py"
-        grade = [timed([py, "-m", "autograder", "grade", str(notebook), "--out", out])
-                 for _ in range(args.repeat)]
+    notebook = ROOT / "solutions" / f"{args.chapter}.py"
+    bare, grade, old = [], [], []
+    with tempfile.TemporaryDirectory() as out, \
+            (worktree(args.baseline) if args.baseline else contextlib.nullcontext()) as tree:
+        cmd = [py, "-m", "autograder", "grade", str(notebook), "--out", out]
+        for _ in range(args.repeat):  # interleaved, so that a change of load hits all three alike
+            bare.append(timed([py, "-c", "import torch"]))
+            grade.append(timed(cmd))
+            if tree:
+                old.append(timed(cmd, cwd=tree))
     b, g = statistics.median(bare), statistics.median(grade)
     print(f"chapter {args.chapter}, median of {args.repeat} runs")
     print(f"  python -c 'import torch'          {b:6.2f} s")
-    print(f"  python -m autograder grade (1 nb) {g:6.2f} s")
-    print(f"  ratio                             {g / b:6.2f}x  (target <= 3x, goal 2x)")
+    print(f"  python -m autograder grade (1 nb) {g:6.2f} s  = {g / b:.2f}x  (target <= 3x, goal 2x)")
+    if old:
+        o = statistics.median(old)
+        print(f"  the same, baseline {describe(args.baseline)}")
+        print(f"                                    {o:6.2f} s  = {o / b:.2f}x")
 
 
 if __name__ == "__main__":
