@@ -291,7 +291,7 @@ def test_mha_self_attention(student, ref):
                          args=(x, x, x, mask), attrs=("attn",), grad=False)
     with torch.no_grad():
         want = m(x, x, x, mask)
-        mistakes = {
+        mistakes = lambda: {  # noqa: E731 - built only if the output is wrong
             "heads split without a transpose": mha_manual(m, x, x, x, mask, split=split_no_transpose),
             "no scaling by 1/sqrt(d_k)": mha_manual(m, x, x, x, mask, scale=False),
             "the output projection w_o is not applied": mha_manual(m, x, x, x, mask, use_w_o=False),
@@ -520,7 +520,7 @@ def test_encoder_layer(student, ref):
     res = student.module("EncoderLayer", init_args=(16, 4, 32), state_dict=m.state_dict(), args=(x, mask), grad=False)
     with torch.no_grad():
         h = m.norm1(x + m.self_attn(x, x, x, mask))
-        expect_close(res.value, m(x, mask), "the output", mistakes={
+        expect_close(res.value, m(x, mask), "the output", mistakes=lambda: {
             "pre-norm instead of post-norm (the paper normalises after the residual addition)": pre_norm_encoder(m, x, mask),
             "no residual connection": m.norm2(m.ff(m.norm1(m.self_attn(x, x, x, mask)))),
             "mask ignored": m(x),
@@ -557,7 +557,7 @@ def test_decoder_layer(student, ref):
     res = student.module("DecoderLayer", init_args=(16, 4, 32), state_dict=m.state_dict(),
                          args=(x, memory, tgt_mask, memory_mask), grad=False)
     with torch.no_grad():
-        expect_close(res.value, m(x, memory, tgt_mask, memory_mask), "the output", mistakes={
+        expect_close(res.value, m(x, memory, tgt_mask, memory_mask), "the output", mistakes=lambda: {
             "pre-norm instead of post-norm (the paper normalises after the residual addition)":
                 pre_norm_decoder(m, x, memory, tgt_mask, memory_mask),
             "cross-attention on the wrong input (it attends to x, not to the encoder's memory)":
@@ -580,7 +580,7 @@ def test_decoder_layer_cross_inputs(student, ref):
     res = student.module("DecoderLayer", init_args=(8, 2, 16), state_dict=m.state_dict(),
                          args=(x, memory, tgt_mask, None), grad=False)
     with torch.no_grad():
-        expect_close(res.value, m(x, memory, tgt_mask), "the output", mistakes={
+        expect_close(res.value, m(x, memory, tgt_mask), "the output", mistakes=lambda: {
             "cross-attention on the wrong input (queries from memory, keys/values from x)":
                 decoder_variant(m, x, memory, tgt_mask, None, cross=("memory", "x", "x")),
             "cross-attention on the wrong input (it attends to x, not to the encoder's memory)":
@@ -621,7 +621,7 @@ def test_encoder(student, ref):
     mask = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]
     res = student.module("Encoder", init_args=(3, 8, 2, 16), state_dict=m.state_dict(), args=(x, mask), grad=False)
     with torch.no_grad():
-        expect_close(res.value, m(x, mask), "the output", mistakes={"only the last layer applied": m.layers[2](x, mask)})
+        expect_close(res.value, m(x, mask), "the output", mistakes=lambda: {"only the last layer applied": m.layers[2](x, mask)})
 
 
 @graded("Decoder", points=1, hint="`layers` is an nn.ModuleList of DecoderLayer; every layer attends to the same memory.")
@@ -636,7 +636,7 @@ def test_decoder(student, ref):
                          args=(x, memory, tgt_mask, mmask), grad=False)
     with torch.no_grad():
         h = m.layers[0](x, memory, tgt_mask, mmask)
-        expect_close(res.value, m(x, memory, tgt_mask, mmask), "the output", mistakes={
+        expect_close(res.value, m(x, memory, tgt_mask, mmask), "the output", mistakes=lambda: {
             "layer 2 attends to layer 1's output instead of the encoder's memory": m.layers[1](h, h, tgt_mask, None),
         })
 
@@ -684,7 +684,7 @@ def test_transformer_logits(student, ref):
     tgt = torch.tensor([[1, 3, 4, 5], [1, 6, 0, 0]])
     res = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), args=(src, tgt), grad=False)
     with torch.no_grad():
-        expect_close(res.value, m(src, tgt), "the logits", atol=1e-4, mistakes={
+        expect_close(res.value, m(src, tgt), "the logits", atol=1e-4, mistakes=lambda: {
             "embeddings not multiplied by sqrt(d_model)": transformer_variant(m, src, tgt, scale=False),
             "no positional encoding": transformer_variant(m, src, tgt, pe=False),
             "no causal mask in the decoder": transformer_variant(m, src, tgt, causal=False),

@@ -66,11 +66,14 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
 
 def expect_close(got: Any, want: Any, what: str = "your output", *, rtol: float = 1e-4,
                  atol: float = 1e-5, dtype: bool = True,
-                 mistakes: Mapping[str, Any] | None = None) -> None:
+                 mistakes: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
     """Fail unless `got` matches `want` in type, shape, dtype and value.
 
     `mistakes` maps a known mistake's description to the output that mistake
     produces on the same input; if `got` matches one, the failure names it.
+    It may be a function returning that mapping (`mistakes=lambda: {...}`): it
+    is then called only when `got` does not match, so a correct submission
+    does not pay for outputs that cost a forward pass each.
     """
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
@@ -83,6 +86,8 @@ def expect_close(got: Any, want: Any, what: str = "your output", *, rtol: float 
             raise GradingFailure(f"{what} contains NaN")
     if _close(got, want, rtol, atol):
         return
+    if callable(mistakes):
+        mistakes = mistakes()
     for name, value in (mistakes or {}).items():
         if _close(got, value, rtol, atol):
             raise GradingFailure(f"{what} looks like the result of a known mistake: {name}")
