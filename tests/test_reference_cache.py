@@ -179,3 +179,17 @@ def test_cached_reference_values_equal_fresh_ones_in_a_real_grading(chapter, mon
     assert not memo.MISMATCHES, memo.MISMATCHES
     for result in results:
         assert result["score"] == result["max_score"] > 0, [t["output"] for t in result["tests"] if t["score"] == 0]
+
+
+def test_lazy_mistakes_are_built_only_for_a_wrong_answer_and_still_named():
+    built = []
+
+    def mistakes():
+        built.append(1)
+        return {"softmax over the wrong axis": torch.zeros(2)}
+
+    check.expect_close(torch.ones(2), torch.ones(2), "the weights", mistakes=mistakes)
+    assert not built
+    with pytest.raises(check.GradingFailure, match="known mistake: softmax over the wrong axis"):
+        check.expect_close(torch.zeros(2), torch.ones(2), "the weights", mistakes=mistakes)
+    assert built == [1]
