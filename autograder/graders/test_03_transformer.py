@@ -121,12 +121,12 @@ def test_sdpa_no_mask(student, ref):
     expect(isinstance(got, (tuple, list)) and len(got) == 2, "return a tuple (out, weights)")
     want = ref.scaled_dot_product_attention(q, k, v)
     d_k = q.shape[-1]
-    expect_close(got[1], want[1], "the weights", mistakes={
+    expect_close(got[1], want[1], "the weights", mistakes=lambda: {
         "no scaling by 1/sqrt(d_k)": ref.scaled_dot_product_attention(q * math.sqrt(d_k), k, v)[1],
         "scaling by 1/d_k instead of 1/sqrt(d_k)": ref.scaled_dot_product_attention(q / math.sqrt(d_k), k, v)[1],
         "softmax over the queries (dim -2) instead of the keys": (q @ k.transpose(-2, -1) / math.sqrt(d_k)).softmax(-2),
     })
-    expect_close(got[0], want[0], "the output", mistakes={
+    expect_close(got[0], want[0], "the output", mistakes=lambda: {
         "no scaling by 1/sqrt(d_k)": ref.scaled_dot_product_attention(q * math.sqrt(d_k), k, v)[0],
     })
 
@@ -139,7 +139,7 @@ def test_sdpa_mask(student, ref):
     mask = random_mask(2, (2, 1, 4, 6))
     got = student.scaled_dot_product_attention(q, k, v, mask)
     want = ref.scaled_dot_product_attention(q, k, v, mask)
-    mistakes = {
+    mistakes = lambda: {  # noqa: E731 - built only if the answer is wrong
         "mask inverted (True should mean: may attend)": ref.scaled_dot_product_attention(q, k, v, ~mask)[1],
         "masking after softmax (mask the scores, not the weights)": softmax_then_mask(q, k, v, mask)[1],
         "no scaling by 1/sqrt(d_k)": ref.scaled_dot_product_attention(q * math.sqrt(8), k, v, mask)[1],
@@ -157,7 +157,7 @@ def test_sdpa_broadcast_masks(student, ref):
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     expect_close(student.scaled_dot_product_attention(q, k, v, causal)[0],
                  ref.scaled_dot_product_attention(q, k, v, causal)[0], "the output with a (T, T) causal mask",
-                 mistakes={"mask inverted (True should mean: may attend)":
+                 mistakes=lambda: {"mask inverted (True should mean: may attend)":
                            ref.scaled_dot_product_attention(q, k, v, ~causal)[0]})
     q, k, v = qkv(4, lead=(2, 3))
     pad = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])[:, None, None, :]
@@ -222,7 +222,7 @@ def test_causal_mask(student, ref):
     for T in (1, 2, 6):
         got, want = student.causal_mask(T), ref.causal_mask(T)
         ones = torch.ones(T, T, dtype=torch.bool)
-        expect_close(got, want, f"causal_mask({T})", mistakes={
+        expect_close(got, want, f"causal_mask({T})", mistakes=lambda: {
             "causal mask off by one (a position must see itself, but nothing after it)": ones.tril(-1),
             "causal mask off by one (position t must not see t+1)": ones.tril(1),
             "mask inverted (True should mean: may attend)": ~want,
@@ -243,7 +243,7 @@ def test_padding_mask(student, ref):
     """padding_mask: is it (B, 1, 1, S) bool, True at real tokens?"""
     tokens = torch.tensor([[5, 6, 7, 3], [5, 3, 3, 3], [3, 4, 3, 9]])
     got, want = student.padding_mask(tokens, 3), ref.padding_mask(tokens, 3)
-    expect_close(got, want, "padding_mask", mistakes={
+    expect_close(got, want, "padding_mask", mistakes=lambda: {
         "mask inverted (True should mean: a real token)": ~want,
     })
 
@@ -255,7 +255,7 @@ def test_split_heads(student, ref):
     """split_heads: does head h get features [h*d_k, (h+1)*d_k) of every position, as (B, H, T, d_k), even for a non-contiguous x?"""
     x = torch.randn(2, 5, 12, generator=seeded(11))
     got, want = student.split_heads(x, 3), ref.split_heads(x, 3)
-    expect_close(got, want, "split_heads(x, 3)", mistakes={
+    expect_close(got, want, "split_heads(x, 3)", mistakes=lambda: {
         "heads split without a transpose (a view straight to (B, H, T, d_k) mixes positions into heads)":
             split_no_transpose(x, 3),
         "heads take interleaved features (view as (B, T, d_k, H))": x.reshape(2, 5, 4, 3).permute(0, 3, 1, 2),
@@ -272,7 +272,7 @@ def test_merge_heads(student, ref):
     """merge_heads: does it concatenate the heads of every position, inverting split_heads?"""
     x = torch.randn(2, 3, 5, 4, generator=seeded(13))
     got, want = student.merge_heads(x), ref.merge_heads(x)
-    expect_close(got, want, "merge_heads(x)", mistakes={
+    expect_close(got, want, "merge_heads(x)", mistakes=lambda: {
         "heads merged without a transpose": x.reshape(2, 5, 12),
     })
     y = torch.randn(2, 5, 12, generator=seeded(14))
@@ -354,7 +354,7 @@ def test_mha_cuda(student, ref):
 def test_pe_values(student, ref):
     """sinusoidal_positional_encoding: do sin (even dims) and cos (odd dims) use the frequencies 1/10000^(2k/d)?"""
     got, want = student.sinusoidal_positional_encoding(40, 16), ref.sinusoidal_positional_encoding(40, 16)
-    expect_close(got, want, "sinusoidal_positional_encoding(40, 16)", atol=1e-4, mistakes={
+    expect_close(got, want, "sinusoidal_positional_encoding(40, 16)", atol=1e-4, mistakes=lambda: {
         "sin and cos swapped (sin on even dims 2k, cos on odd dims 2k+1)": pe_variant(40, 16, swap=True),
         "a wrong exponent in the frequencies (10000^(k/d) instead of 10000^(2k/d))": pe_variant(40, 16, exponent="k"),
         "a wrong exponent in the frequencies (using the dimension index i, 10000^(i/d), "
@@ -380,7 +380,7 @@ def test_pe_small(student, ref):
 def test_pe_offset_matrix_values(student, ref):
     """pe_offset_matrix: is it the block-diagonal matrix of 2x2 rotations by offset * omega_k?"""
     got, want = student.pe_offset_matrix(3, 12), ref.pe_offset_matrix(3, 12)
-    expect_close(got, want, "pe_offset_matrix(3, 12)", atol=1e-5, mistakes={
+    expect_close(got, want, "pe_offset_matrix(3, 12)", atol=1e-5, mistakes=lambda: {
         "the rotation goes the wrong way (the transpose: it maps PE[t] to PE[t - offset])": want.T.contiguous(),
         "a wrong exponent in the frequencies (10000^(k/d) instead of 10000^(2k/d))": rotation_blocks(3, 12, "k"),
         "a wrong exponent in the frequencies (using the dimension index: 10000^(2i/d) with i = 2k)":
@@ -397,7 +397,7 @@ def test_pe_offset_matrix_shifts(student, ref):
         expect(isinstance(M, torch.Tensor) and M.shape == (20, 20), "pe_offset_matrix should return a (d, d) tensor")
         wrong_way = rotation_blocks(offset, 20).double().T
         expect_close((M.double() @ pe[: 60 - offset].T).T, pe[offset:], f"M @ PE[t] for offset {offset}",
-                     atol=1e-4, dtype=False, mistakes={
+                     atol=1e-4, dtype=False, mistakes=lambda: {
                          "the rotation goes the wrong way (M maps PE[t] to PE[t - offset])":
                              (wrong_way @ pe[: 60 - offset].T).T})
 
@@ -413,7 +413,7 @@ def test_layer_norm(student, ref):
     eps = 0.1  # large, so that eps outside the sqrt shows
     got, want = student.layer_norm(x, gamma, beta, eps), ref.layer_norm(x, gamma, beta, eps)
     mu = x.mean(-1, keepdim=True)
-    expect_close(got, want, "layer_norm", mistakes={
+    expect_close(got, want, "layer_norm", mistakes=lambda: {
         "the unbiased variance (divide by D, not D - 1: use unbiased=False)":
             (x - mu) / torch.sqrt(x.var(-1, keepdim=True) + eps) * gamma + beta,
         "eps outside the square root": (x - mu) / (x.var(-1, unbiased=False, keepdim=True).sqrt() + eps) * gamma + beta,
@@ -458,7 +458,7 @@ def test_label_smoothed_nll(student, ref):
     keep = tflat != 0
     V = 7
     others = (-logp.sum(-1) - nll) / (V - 1)  # mean of -log p_v over the V-1 wrong tokens
-    expect_close(got, want, "the loss", mistakes={
+    expect_close(got, want, "the loss", mistakes=lambda: {
         "pad positions not excluded": F.cross_entropy(flat, tflat, label_smoothing=0.2),
         "no label smoothing (eps ignored)": F.cross_entropy(flat, tflat, ignore_index=0),
         "eps spread over the V-1 wrong tokens only": ((0.8 * nll + 0.2 * others)[keep]).mean(),
@@ -492,7 +492,7 @@ def test_noam_lr(student, ref):
                "noam_lr should return a number")
         got = float(got)
         s = max(step, 1)
-        expect_close(got, want, f"noam_lr({step}, {d}, {w})", rtol=1e-6, atol=0, mistakes={
+        expect_close(got, want, f"noam_lr({step}, {d}, {w})", rtol=1e-6, atol=0, mistakes=lambda: {
             "warmup^-0.5 instead of warmup^-1.5": d ** -0.5 * min(s ** -0.5, s * w ** -0.5),
             "the d_model^-0.5 factor is missing": min(s ** -0.5, s * w ** -1.5),
             "max instead of min": d ** -0.5 * max(s ** -0.5, s * w ** -1.5),
@@ -507,7 +507,7 @@ def test_feed_forward(student, ref):
     x = torch.randn(2, 3, 8, generator=seeded(41))
     res = student.module("FeedForward", init_args=(8, 20), state_dict=m.state_dict(), args=(x,), grad=False)
     with torch.no_grad():
-        expect_close(res.value, m(x), "the output", mistakes={"no ReLU between the layers": m.linear2(m.linear1(x))})
+        expect_close(res.value, m(x), "the output", mistakes=lambda: {"no ReLU between the layers": m.linear2(m.linear1(x))})
 
 
 @graded("EncoderLayer", points=3,
