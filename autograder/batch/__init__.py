@@ -181,6 +181,7 @@ class Batch:
     def _done(self, w: Worker, result: dict) -> None:
         job, sha = w.job, w.sha
         w.job = None
+        self._assign()  # its next submission first: the worker need not wait while this result is written
         status = result.get("extra_data", {}).get("status")
         self.crashes_in_a_row = self.crashes_in_a_row + 1 if status == "crashed" else 0
         self.on_result(job, stamp(result, job, sha))

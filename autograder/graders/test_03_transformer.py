@@ -696,7 +696,7 @@ def test_transformer_logits(student, ref):
              "so that embed * sqrt(d_model) has entries of size ~1 like the positional encoding.")
 def test_transformer_embedding_init(student, ref):
     """Transformer: are both embedding tables initialised with std d_model**-0.5, as the docstring says?"""
-    for d_model in (64, 256):
+    for d_model in (16, 64):  # 8,000 and 32,000 draws per table: the std is known to about 1%
         res = student.module("Transformer", init_args=(500, 400, d_model, 4, 2 * d_model, 1), method="state_dict",
                              grad=False)
         expect(isinstance(res.value, dict) and "src_embed.weight" in res.value and "tgt_embed.weight" in res.value,
