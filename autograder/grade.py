@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +20,18 @@ from autograder.reference import load_reference
 from autograder.harness.plugin import GradingPlugin, TestResult
 from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
+
+
+def for_one_notebook() -> None:
+    """Settings for a process that grades one notebook and exits (the command with one file, Gradescope).
+
+    The reference cache is off (nothing to reuse, and a miss runs a helper twice), and torch runs on
+    one thread here: the trusted side's tensors are tiny, and an OpenMP pool spinning against the
+    sandbox's processes for the cores made loading the reference 7 times slower on 2 cores
+    (benchmarks/bench_grade_breakdown.py).
+    """
+    os.environ.setdefault("AUTOGRADER_REFERENCE_CACHE", "off")
+    torch.set_num_threads(1)
 
 
 def grader_file(chapter: str) -> Path:

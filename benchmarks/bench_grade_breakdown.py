@@ -178,16 +178,14 @@ def wrap_run(run, clock: Clock):
 
 def one_shot_phases(chapter: str, isolation: str) -> dict:
     """(Run in a fresh process.) The phases of `python -m autograder grade NOTEBOOK`, in its order."""
-    import os
-    os.environ.setdefault("AUTOGRADER_REFERENCE_CACHE", "off")  # as the command does for one notebook
     marks = [("start", time.perf_counter())]
     from autograder.harness.sandbox import Limits, Sandbox
     sandbox = Sandbox(Limits(), isolation=isolation)  # its zygote imports torch alongside this process
     import pytest  # noqa: F401
-    import torch
+    import torch  # noqa: F401
     marks.append(("import torch and pytest", time.perf_counter()))
-    torch.set_num_threads(1)  # as the command does
     import autograder.grade as grade
+    grade.for_one_notebook()  # as the command does
     from autograder.reference import load_reference
     marks.append(("import the autograder", time.perf_counter()))
     load_reference(chapter)

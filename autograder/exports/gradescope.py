@@ -106,7 +106,8 @@ def find_notebook(folder: Path, chapter: str) -> tuple[Path | None, str]:
 
 def grade_here(root: Path) -> dict:
     """Grade the notebook in root/submission; a results object (score 0 and why, if there is none)."""
-    from autograder.grade import bad_result, grade_submission
+    from autograder.grade import bad_result, for_one_notebook, grade_submission
+    for_one_notebook()
     config = json.loads((root / "source" / "gradescope.json").read_text())
     chapter = config["chapter"]
     notebook, problem = find_notebook(root / "submission", chapter)
