@@ -31,6 +31,10 @@ class Tied(torch.nn.Module):
         self.register_buffer("pe", torch.arange(3.0))
         self.scale = 2.0
         self.extra = [torch.ones(2)]
+        self.act = self.double  # a bound method of the module itself
+
+    def double(self, x):
+        return 2 * x
 
 
 def test_a_copied_module_equals_the_original_and_shares_nothing_with_it():
@@ -40,6 +44,7 @@ def test_a_copied_module_equals_the_original_and_shares_nothing_with_it():
     assert type(c) is Tied and not c.training and c.scale == 2.0
     assert memo.equal(c, m)
     assert c.out.weight is c.embed.weight, "tied weights must stay tied in the copy"
+    assert c.act.__self__ is c, "a bound method of the module must be bound to the copy"
     assert isinstance(c.out.weight, torch.nn.Parameter) and c.out.weight.requires_grad
     with torch.no_grad():
         c.embed.weight.add_(1.0)

@@ -193,6 +193,8 @@ def _copy_module(obj: torch.nn.Module, memo: dict) -> torch.nn.Module:
             attrs[name] = kind(value)
         elif kind is dict or isinstance(value, (torch.Tensor, torch.nn.Module, list, tuple)):
             attrs[name] = fresh_copy(value, memo)
+        elif kind is types.MethodType and id(value.__self__) in memo:  # e.g. self.act = self.gelu
+            attrs[name] = types.MethodType(value.__func__, memo[id(value.__self__)])
     object.__setattr__(new, "__dict__", attrs)  # not nn.Module.__setattr__, which would look at it
     return new
 
