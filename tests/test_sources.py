@@ -48,6 +48,20 @@ def test_bibliography_has_no_duplicate_keys():
     assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
 
 
+def test_every_work_has_its_own_citation_label_across_the_book(tmp_path):
+    import sys
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from book_labels import book_labels
+    labels = book_labels(ROOT / "references.bib")
+    assert set(labels) == bib_keys()
+    assert len(set(labels.values())) == len(labels)
+    assert labels["lewis2020bart"] != labels["liu2020understanding"]  # both were "LLG+20"
+    twins = tmp_path / "twins.bib"  # two works whose plain alpha labels collide get a and b
+    twins.write_text("@article{x1, author={Ann Smith}, title={A}, year={2020}, journal={J}}\n"
+                     "@article{x2, author={Al Smith}, title={B}, year={2020}, journal={J}}\n")
+    assert book_labels(twins) == {"x1": "Smi20a", "x2": "Smi20b"}
+
+
 @pytest.mark.parametrize("path", SOLUTIONS + PAGES_MD, ids=lambda p: p.name)
 def test_every_citation_is_in_references_bib(path):
     known = bib_keys()
