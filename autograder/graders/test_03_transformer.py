@@ -657,6 +657,21 @@ def tiny_transformer(ref, seed: int, eos_boost: float = 0.0):
 T_ARGS = (11, 9, 16, 2, 32, 2)  # src_vocab, tgt_vocab, d_model, n_heads, d_ff, n_layers
 
 
+@reference_cache
+def tiny_weights(ref, seed: int) -> dict:
+    """The state_dict of tiny_transformer(ref, seed), for tests that need only the weights."""
+    return tiny_transformer(ref, seed).state_dict()
+
+
+@reference_cache
+def decoded(ref, seed: int, eos_boost: float, method: str, src: torch.Tensor, args: tuple, kwargs: dict):
+    """(state_dict, the reference's `method` output) of tiny_transformer(ref, seed, eos_boost): what a
+    decoding test sends the student and expects back, computed once per grading process."""
+    m = tiny_transformer(ref, seed, eos_boost)
+    fn = {"greedy_decode": ref.transformer_greedy_decode, "beam_search": ref.transformer_beam_search}[method]
+    return m.state_dict(), fn(m, src, *args, **kwargs)
+
+
 def transformer_variant(m, src, tgt, *, scale=True, pe=True, causal=True):
     """The reference model's logits with a known mistake."""
     ref_pe = m.embed.__globals__["sinusoidal_positional_encoding"]
@@ -713,11 +728,11 @@ def test_transformer_embedding_init(student, ref):
 @graded("Transformer", points=1, hint="The logits at position t must not depend on target tokens after t (causal mask).")
 def test_transformer_causal(student, ref):
     """Transformer: are the logits at position t unchanged when later target tokens change?"""
-    m = tiny_transformer(ref, 57)
+    weights = tiny_weights(ref, 57)
     src = torch.tensor([[4, 5, 6, 7]])
     tgt_a, tgt_b = torch.tensor([[1, 3, 4, 5, 6]]), torch.tensor([[1, 3, 4, 7, 8]])
-    a = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), args=(src, tgt_a), grad=False).value
-    b = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), args=(src, tgt_b), grad=False).value
+    a = student.module("Transformer", init_args=T_ARGS, state_dict=weights, args=(src, tgt_a), grad=False).value
+    b = student.module("Transformer", init_args=T_ARGS, state_dict=weights, args=(src, tgt_b), grad=False).value
     expect(isinstance(a, torch.Tensor) and a.shape == (1, 5, 9), "the logits should have shape (B, T, tgt_vocab)")
     expect_close(a[:, :3], b[:, :3], "the logits at positions 0..2 when tokens 3, 4 change "
                  "(they changed: causal mask off by one, or missing)")
@@ -727,11 +742,11 @@ def test_transformer_causal(student, ref):
         hint="Build the source padding mask from pad_id: pad tokens must not influence any output.")
 def test_transformer_ignores_padding(student, ref):
     """Transformer: are the logits of a sentence unchanged by the padding appended to its source?"""
-    m = tiny_transformer(ref, 58)
+    weights = tiny_weights(ref, 58)
     tgt = torch.tensor([[1, 3, 4]])
-    short = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(),
+    short = student.module("Transformer", init_args=T_ARGS, state_dict=weights,
                            args=(torch.tensor([[4, 5, 6]]), tgt), grad=False).value
-    padded = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(),
+    padded = student.module("Transformer", init_args=T_ARGS, state_dict=weights,
                             args=(torch.tensor([[4, 5, 6, 0, 0, 0]]), tgt), grad=False).value
     expect_close(padded, short, "the logits with three pad tokens appended to the source", atol=1e-5)
 
@@ -746,11 +761,10 @@ DEPENDS = " (These tests run your function on your own Transformer with referenc
              "rows that emitted EOS keep emitting EOS; stop once every row has." + DEPENDS)
 def test_greedy_decode(student, ref):
     """transformer_greedy_decode: does it produce the reference translations (EOS padding, early stop)?"""
-    m = tiny_transformer(ref, 64, eos_boost=2.0)  # rows end after 3, 3, never and 8 tokens
     src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 4, 0, 0], [7, 7, 0, 0, 0], [5, 6, 7, 8, 9]])
-    res = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), method="greedy_decode",
+    weights, want = decoded(ref, 64, 2.0, "greedy_decode", src, (1, 2, 8), {})  # rows end after 3, 3, never, 8
+    res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="greedy_decode",
                          args=(src, 1, 2, 8), grad=False)
-    want = ref.transformer_greedy_decode(m, src, 1, 2, 8)
     expect_close(res.value, want, "the decoded tokens")
 
 
@@ -758,12 +772,11 @@ def test_greedy_decode(student, ref):
 def test_greedy_decode_limits(student, ref):
     """transformer_greedy_decode: does it stop early when all rows end, and after max_len tokens otherwise?"""
     for boost, max_len in ((8.0, 6), (-8.0, 3)):
-        m = tiny_transformer(ref, 60, eos_boost=boost)
         src = torch.tensor([[4, 5, 6], [9, 10, 0]])
-        res = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), method="greedy_decode",
+        weights, want = decoded(ref, 60, boost, "greedy_decode", src, (1, 2, max_len), {})
+        res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="greedy_decode",
                              args=(src, 1, 2, max_len), grad=False)
-        expect_close(res.value, ref.transformer_greedy_decode(m, src, 1, 2, max_len),
-                     f"the decoded tokens (max_len={max_len})")
+        expect_close(res.value, want, f"the decoded tokens (max_len={max_len})")
 
 
 @graded("transformer_beam_search", points=2,
@@ -771,12 +784,13 @@ def test_greedy_decode_limits(student, ref):
              "stop once n_best are finished; return tokens without BOS and score / len(tokens) when length_norm." + DEPENDS)
 def test_beam_search(student, ref):
     """transformer_beam_search: do the n_best hypotheses and scores match the reference?"""
-    m = tiny_transformer(ref, 65, eos_boost=2.5)  # length normalisation changes the order of the 2 best
     src = torch.tensor([[4, 5, 6, 7]])
     for beam, n_best, norm in ((3, 2, True), (4, 1, False), (1, 1, True)):
-        res = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), method="beam_search",
-                             args=(src, 1, 2, beam, 6), kwargs={"n_best": n_best, "length_norm": norm}, grad=False)
-        want = ref.transformer_beam_search(m, src, 1, 2, beam, 6, n_best=n_best, length_norm=norm)
+        options = {"n_best": n_best, "length_norm": norm}
+        # eos_boost 2.5: length normalisation changes the order of the 2 best
+        weights, want = decoded(ref, 65, 2.5, "beam_search", src, (1, 2, beam, 6), options)
+        res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="beam_search",
+                             args=(src, 1, 2, beam, 6), kwargs=options, grad=False)
         expect_close(res.value, want, f"the result with beam_size={beam}, n_best={n_best}, length_norm={norm}",
                      rtol=1e-4, atol=1e-4)
 
@@ -785,9 +799,9 @@ def test_beam_search(student, ref):
         hint="After max_len steps the live hypotheses count as finished." + DEPENDS)
 def test_beam_search_max_len(student, ref):
     """transformer_beam_search: when nothing emits EOS, are the live hypotheses returned after max_len steps?"""
-    m = tiny_transformer(ref, 62, eos_boost=-10.0)
     src = torch.tensor([[4, 5, 6, 7]])
-    res = student.module("Transformer", init_args=T_ARGS, state_dict=m.state_dict(), method="beam_search",
-                         args=(src, 1, 2, 3, 4), kwargs={"n_best": 3, "length_norm": True}, grad=False)
-    want = ref.transformer_beam_search(m, src, 1, 2, 3, 4, n_best=3, length_norm=True)
+    options = {"n_best": 3, "length_norm": True}
+    weights, want = decoded(ref, 62, -10.0, "beam_search", src, (1, 2, 3, 4), options)
+    res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="beam_search",
+                         args=(src, 1, 2, 3, 4), kwargs=options, grad=False)
     expect_close(res.value, want, "the result", rtol=1e-4, atol=1e-4)
