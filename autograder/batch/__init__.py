@@ -74,17 +74,24 @@ class Worker:
     job: Job | None = None
     sha: str = ""
     deadline: float = field(default_factory=lambda: time.monotonic() + STARTUP_SECONDS)
+    told: bool = False  # asked to exit
 
     def give(self, job: Job, sha: str, timeout: float) -> None:
         self.job, self.sha = job, sha
         self.deadline = time.monotonic() + timeout
         self.conn.send(job)
 
-    def stop(self, force: bool = False) -> None:
-        """Tell an idle worker to exit (it closes its sandbox); kill a busy or stuck one."""
-        if not force:
+    def tell_to_stop(self) -> None:
+        """Ask an idle worker to exit (it closes its sandbox), without waiting for it."""
+        if not self.told:
+            self.told = True
             with contextlib.suppress(OSError, ValueError):
                 self.conn.send(None)
+
+    def stop(self, force: bool = False) -> None:
+        """Tell an idle worker to exit and wait for it; kill a busy or stuck one."""
+        if not force:
+            self.tell_to_stop()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
         if self.proc.poll() is None:
@@ -134,6 +141,9 @@ class Batch:
         except WorkerFailed as exc:
             self.report.aborted = f"stopped: {exc}"
         finally:
+            for w in self.workers:  # all at once: each worker's exit then overlaps the others'
+                if w.job is None and w.ready:
+                    w.tell_to_stop()
             for w in self.workers:
                 w.stop(force=w.job is not None or not w.ready)  # busy or starting: killed
 

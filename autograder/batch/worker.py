@@ -109,4 +109,7 @@ def main(argv: list[str] | None = None, grade=grade_one) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # its sandbox is closed: skip the interpreter's teardown (0.35 s with torch)
