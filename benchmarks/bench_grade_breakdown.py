@@ -49,19 +49,22 @@ class Clock:
         self.counts[name] += 1
 
 
+def timed(fn, clock: Clock, name: str):
+    """`fn`, adding each call's duration to `clock[name]`."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            clock.add(name, time.perf_counter() - started)
+    return run
+
+
 def wrap(owner, attr: str, clock: Clock, name: str):
     """Replace `owner.attr` by a version that adds its duration to `clock[name]`; returns the original."""
     original = getattr(owner, attr)
-
-    @functools.wraps(original)
-    def timed(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            clock.add(name, time.perf_counter() - started)
-
-    setattr(owner, attr, timed)
+    setattr(owner, attr, timed(original, clock, name))
     return original
 
 
@@ -83,21 +86,10 @@ def timed_reference(clock: Clock, load):
     @functools.lru_cache(maxsize=None)
     def load_timed(chapter: str):
         ns = load(chapter)
-        return types.SimpleNamespace(**{k: _timed_fn(v, clock) if isinstance(v, types.FunctionType) else v
-                                        for k, v in vars(ns).items()})
+        return types.SimpleNamespace(**{k: timed(v, clock, "reference functions")
+                                        if isinstance(v, types.FunctionType) else v for k, v in vars(ns).items()})
 
     return load_timed
-
-
-def _timed_fn(fn, clock: Clock):
-    @functools.wraps(fn)
-    def timed(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            clock.add("reference functions", time.perf_counter() - started)
-    return timed
 
 
 def warm_breakdown(chapter: str, n: int, isolation: str) -> dict:
@@ -166,14 +158,14 @@ def warm_breakdown(chapter: str, n: int, isolation: str) -> dict:
 def wrap_run(run, clock: Clock):
     """run_graders, timed; the student starts inside it (none on the normal path) are noted apart."""
     @functools.wraps(run)
-    def timed(*args, **kwargs):
+    def run_timed(*args, **kwargs):
         started, before = time.perf_counter(), clock.seconds["student start (fork + cells)"]
         try:
             return run(*args, **kwargs)
         finally:
             clock.add("run graders", time.perf_counter() - started)
             clock.add("student start in the tests", clock.seconds["student start (fork + cells)"] - before)
-    return timed
+    return run_timed
 
 
 def one_shot_phases(chapter: str, isolation: str) -> dict:
