@@ -8,6 +8,7 @@ environment. So old and new code are timed minutes apart on the same machine.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ def worktree(rev: str):
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def describe(rev: str) -> str:

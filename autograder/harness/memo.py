@@ -142,7 +142,6 @@ def reference_cache(fn: Callable) -> Callable:
         set_rng_state(after)
         return fresh_copy(value)
 
-    cached.uncached = fn
     return cached
 
 
