@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Iterator
 
 from autograder.harness.atomic import write_csv
+from autograder.late import CSV_COLUMNS as LATE_COLUMNS, csv_cells as late_cells
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
-CSV_HEADER = ["submission", "chapter", "score", "max", "status"]
+CSV_HEADER = ["submission", "chapter", "score", "max", "status", *LATE_COLUMNS]  # score: after any late penalty
 
 
 @dataclass(frozen=True)
@@ -110,12 +111,13 @@ def is_finished(result: dict | None, sha: str) -> bool:
 
 
 def csv_row(job: Job, result: dict | None) -> list:
-    """submission, chapter, score, max, status (empty score for a submission not graded yet)."""
+    """submission, chapter, score, max, status, then raw_score, penalty, hours_late (empty score for a
+    submission not graded yet)."""
     if result is None:
-        return [job.name, "", "", "", "pending"]
+        return [job.name, "", "", "", "pending", *late_cells(None)]
     extra = result.get("extra_data", {})
     return [job.name, extra.get("chapter") or "", f"{result['score']:g}", f"{result['max_score']:g}",
-            extra.get("status", "?")]
+            extra.get("status", "?"), *late_cells(result)]
 
 
 def write_grades_csv(out: Path, report: Report) -> Path:
