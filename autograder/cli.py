@@ -1,10 +1,12 @@
-"""Command line: `python -m autograder grade PATH... --out DIR` and `python -m autograder export-gradescope NN_name`."""
+"""Command line: `python -m autograder grade PATH... --out DIR`, `python -m autograder export-gradescope NN_name`
+and `python -m autograder report OUT`."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from autograder import late
 from autograder.harness.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
 
 
@@ -26,7 +28,8 @@ def find_notebooks(paths: list[str]) -> list[tuple[str, Path]]:
 def wants_batch(args: argparse.Namespace) -> bool:
     """A folder, several files or any class-scale option: the parallel, resumable engine."""
     return bool(args.nbgrader_course or args.jobs > 1 or args.force or args.lms_csv or args.scheduler
-                or args.cluster or len(args.paths) != 1 or Path(args.paths[0]).is_dir())
+                or args.cluster or len(args.paths) != 1 or Path(args.paths[0]).is_dir()
+                or args.roster or late.options_given(args))
 
 
 def cluster_runner(args: argparse.Namespace):
@@ -47,17 +50,30 @@ def cluster_runner(args: argparse.Namespace):
 def cmd_batch(args: argparse.Namespace) -> int:
     """Grade a class with `autograder.batch`; see "Grading a class" in the README."""
     from autograder import batch
-    course = None
+    from autograder.batch import deadlines, ids
+    course, deadline, ided = None, None, None
     if args.nbgrader_course:
         from autograder.exports import nbgrader as nbgrader_io
         if not args.assignment:
             print("--nbgrader-course needs --assignment NAME", file=sys.stderr)
+            return 2
+        if args.roster or late.options_given(args):
+            print("with --nbgrader-course, student ids are nbgrader's and the deadline is nbgrader's (its due "
+                  "date, extensions and LateSubmissionPlugin): drop --roster, --due, --late-policy, --late-cap "
+                  "and --extensions", file=sys.stderr)
             return 2
         course = nbgrader_io.open_course(args.nbgrader_course, args.assignment)
         jobs = nbgrader_io.find_course_jobs(course, args.assignment)
         out = Path(args.out or Path(course.root) / "autograder-results" / args.assignment)
     else:
         jobs, out = batch.find_jobs(args.paths), Path(args.out)
+        try:
+            ided = ids.identify(args.paths, jobs, ids.Roster.read(Path(args.roster)) if args.roster else None)
+            deadline = deadlines.from_args(args, out)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        jobs = ided.jobs
     if not jobs:
         print("no notebooks found", file=sys.stderr)
         return 2
@@ -75,14 +91,23 @@ def cmd_batch(args: argparse.Namespace) -> int:
         if started is not None:
             started.close()  # cancels the batch jobs
     done = [(j, r) for j in jobs if (r := report.results.get(j.name)) and r["extra_data"].get("status") in batch.FINAL]
+    if course is not None:
+        nbgrader_io.export_course(course, args.assignment, done)  # nbgrader's late penalties reach the results
+        print(f"gradebook: {course.db_url}; feedback in {course.feedback_directory}/<student>/{args.assignment}/")
+    else:
+        late_counts = deadlines.settle(report, deadline, ided.identities)
+        if deadline is not None:
+            print(deadlines.summary(deadline, late_counts))
+    deadlines.write_back(out, report)
+    if ided is not None and ided.unmatched:
+        print(f"{len(ided.unmatched)} notebooks have no student id (graded; left out of the LMS CSV):\n"
+              + ids.unmatched_text(ided), file=sys.stderr)
     if args.lms_csv:
-        left_out = batch.write_lms_csv(Path(args.lms_csv), report, tuple(args.lms_columns.split(",", 1)))
+        columns = tuple(args.lms_columns.split(",", 1))
+        left_out = batch.write_lms_csv(Path(args.lms_csv), ids.lms_report(report), columns)
         if left_out:
             print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
                   file=sys.stderr)
-    if course is not None:
-        nbgrader_io.export_course(course, args.assignment, done)
-        print(f"gradebook: {course.db_url}; feedback in {course.feedback_directory}/<student>/{args.assignment}/")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
     print(f"{len(jobs)} submissions: {counts} ({report.graded} graded now, {report.skipped} already done)")
     print(f"grades in {out / 'grades.csv'}; results in {out}/<submission>/results.json")
@@ -121,8 +146,30 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def cmd_export_gradescope(args: argparse.Namespace) -> int:
     from autograder.exports.gradescope import export
-    path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout)
+    settings = None
+    if args.late_policy or args.late_cap is not None:
+        try:
+            if not args.late_policy:
+                raise ValueError("--late-cap needs --late-policy")
+            policy = late.Policy.parse(args.late_policy, 100.0 if args.late_cap is None else args.late_cap)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        settings = {"late_policy": policy.to_text(), "late_cap": policy.cap}
+    path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout, settings=settings)
     print(f"wrote {path}: upload it as the Gradescope autograder (base image: Ubuntu 24.04)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autograder.report import write_report
+    try:
+        path, summary = write_report(Path(args.out))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(summary)
+    print(f"report: {path}")
     return 0
 
 
@@ -163,12 +210,19 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--lms-csv", metavar="FILE", help="also write FILE: one row per student, id and score")
     g.add_argument("--lms-columns", default="student_id,score",
                    help="header of the LMS CSV's two columns (default: student_id,score)")
+    g.add_argument("--roster", metavar="CSV", help="student ids: a header row, then rows of (file name or glob "
+                   "pattern, id); without it, Canvas, Moodle and Gradescope download names give the ids")
+    late.add_arguments(g)
     g.set_defaults(func=cmd_grade)
     e = sub.add_parser("export-gradescope", help="build a Gradescope autograder zip for one chapter")
     e.add_argument("chapter", help="the chapter, e.g. 02_attention")
     e.add_argument("--out", default="autograder.zip", help="the zip to write")
     e.add_argument("--call-timeout", type=float, default=10.0, help="seconds one student call may take")
+    late.add_arguments(e, due=False)  # the due date and extensions: Gradescope's submission_metadata.json
     e.set_defaults(func=cmd_export_gradescope)
+    r = sub.add_parser("report", help="a class report of OUT: OUT/report.html and a summary")
+    r.add_argument("out", help="the folder a `grade` run wrote (OUT/<submission>/results.json)")
+    r.set_defaults(func=cmd_report)
     args = parser.parse_args(argv)
     if args.command == "grade" and not (args.paths or args.nbgrader_course):
         parser.error("grade needs notebooks or folders, or --nbgrader-course DIR --assignment NAME")

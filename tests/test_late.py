@@ -30,7 +30,8 @@ def test_a_policy_takes_a_share_of_the_maximum_per_started_unit_up_to_its_cap():
 
 
 def test_penalising_again_starts_from_the_raw_score_and_clear_takes_it_away():
-    result = {"score": 4.0, "max_score": 4.0, "output": "Chapter x: 4 / 4 points.\n\nYour code printed", "extra_data": {}}
+    output = "Chapter x: 4 / 4 points.\n\nYour code printed"
+    result = {"score": 4.0, "max_score": 4.0, "output": output, "extra_data": {}}
     three_hours = late.Lateness(DUE, DUE + timedelta(hours=3), "file mtime")
     late.penalise(result, three_hours, late.Policy.parse("per-hour:10"))
     late.penalise(result, three_hours, late.Policy.parse("per-hour:10"))
@@ -39,8 +40,7 @@ def test_penalising_again_starts_from_the_raw_score_and_clear_takes_it_away():
     assert len(paragraphs) == 3 and paragraphs[1].startswith("Deadline: submitted 2026-12-02 02:59 UTC, 3 h after")
     assert "Penalty: 1.2 points" in paragraphs[1]
     late.clear(result)
-    assert result == {"score": 4.0, "max_score": 4.0, "output": "Chapter x: 4 / 4 points.\n\nYour code printed",
-                      "extra_data": {}}
+    assert result == {"score": 4.0, "max_score": 4.0, "output": output, "extra_data": {}}
 
 
 def _at(path: Path, when: datetime) -> None:
@@ -68,7 +68,8 @@ def test_a_late_submission_is_penalised_an_extension_respected_and_a_new_policy_
 
     rows = _rows(out)
     assert {n: (r["score"], r["raw_score"], r["penalty"], r["hours_late"]) for n, r in rows.items()} == {
-        f"alice__{CHAPTER}": ("4", "4", "0", "0.00"), "bob": ("2.8", "4", "1.2", "3.00"), "carol": ("4", "4", "0", "0.00")}
+        f"alice__{CHAPTER}": ("4", "4", "0", "0.00"), "bob": ("2.8", "4", "1.2", "3.00"),
+        "carol": ("4", "4", "0", "0.00")}
     bob = json.loads((out / "bob" / "results.json").read_text())
     assert bob["score"] == 2.8 and bob["extra_data"]["late"]["submitted_from"] == "file mtime"
     assert "3 h after the due date" in bob["output"] and "Penalty: 1.2 points" in bob["output"]

@@ -46,7 +46,8 @@ def ids_of(folder: Path, roster: Roster | None = None) -> dict[str, tuple[str, s
 
 
 def test_canvas_names_give_the_canvas_user_id_late_or_not(tmp_path):
-    folder = touch(tmp_path, "doejohn_123456_7891011_02_attention.ipynb", "smithann_late_234567_8912345_02_attention.ipynb",
+    folder = touch(tmp_path, "doejohn_123456_7891011_02_attention.ipynb",
+                   "smithann_late_234567_8912345_02_attention.ipynb",
                    "leebo_LATE_345678_9123456_02_attention-1.ipynb", "notes.ipynb")
     assert ids_of(folder) == {
         "doejohn_123456_7891011_02_attention.ipynb": ("123456", "canvas"),

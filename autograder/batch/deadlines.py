@@ -23,14 +23,13 @@ name, extension), the extension a duration added to the due date (90m, 36h, 2d,
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from autograder.batch.ids import GROUP_SEPARATOR, Identity
+from autograder.batch.ids import GROUP_SEPARATOR, Identity, read_pairs
 from autograder.batch.io import Job, Report, locked, read_result, result_path, write_grades_csv
 from autograder.harness.atomic import write_json
 from autograder import late
@@ -70,23 +69,13 @@ class Deadline:
 # ---------------------------------------------------------------- the command line
 def read_extensions(path: Path) -> dict[str, str]:
     """student id or submission name -> extension, from a CSV with a header row."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            lines = list(csv.reader(f))
-    except OSError as exc:
-        raise ValueError(f"--extensions {path}: {exc.strerror}") from None
     table = {}
-    for number, line in enumerate(lines[1:], start=2):
-        cells = [c.strip() for c in line]
-        if not any(cells):
-            continue
-        if len(cells) < 2 or not cells[0] or not cells[1]:
-            raise ValueError(f"--extensions {path}, line {number}: expected a student id and an extension")
+    for number, key, extension in read_pairs(path, "--extensions", "a student id and an extension"):
         try:
-            late.parse_extension(cells[1], datetime.now(timezone.utc))
+            late.parse_extension(extension, datetime.now(timezone.utc))
         except ValueError as exc:
             raise ValueError(f"--extensions {path}, line {number}: {exc}") from None
-        table[cells[0]] = cells[1]
+        table[key] = extension
     return table
 
 

@@ -124,6 +124,27 @@ def lms_identity(rel: Path) -> Identity | None:
 
 
 # ---------------------------------------------------------------- an explicit roster
+def read_pairs(path: Path, option: str, what: str) -> list[tuple[int, str, str]]:
+    """(line number, first cell, second cell) of a CSV's rows after its header; ValueError (naming
+    `option` and the line) for an unreadable file or a row without `what` (its two cells)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            lines = list(csv.reader(f))
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: {exc.strerror}") from None
+    pairs = []
+    for number, line in enumerate(lines[1:], start=2):
+        cells = [c.strip() for c in line]
+        if not any(cells):
+            continue
+        if len(cells) < 2 or not cells[0] or not cells[1]:
+            raise ValueError(f"{option} {path}, line {number}: expected {what}")
+        pairs.append((number, cells[0], cells[1]))
+    if not pairs:
+        raise ValueError(f"{option} {path}: no rows after the header ({what})")
+    return pairs
+
+
 @dataclass(frozen=True)
 class Roster:
     """(pattern, id) rows of a roster CSV."""
@@ -132,22 +153,8 @@ class Roster:
 
     @classmethod
     def read(cls, path: Path) -> "Roster":
-        try:
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                lines = list(csv.reader(f))
-        except OSError as exc:
-            raise ValueError(f"--roster {path}: {exc.strerror}") from None
-        rows = []
-        for number, line in enumerate(lines[1:], start=2):
-            cells = [c.strip() for c in line]
-            if not any(cells):
-                continue
-            if len(cells) < 2 or not cells[0] or not cells[1]:
-                raise ValueError(f"--roster {path}, line {number}: expected a file name (or pattern) and an id")
-            rows.append((cells[0], cells[1]))
-        if not rows:
-            raise ValueError(f"--roster {path}: no rows after the header (file name or pattern, id)")
-        return cls(rows)
+        pairs = read_pairs(path, "--roster", "a file name (or pattern) and an id")
+        return cls([(pattern, sid) for _, pattern, sid in pairs])
 
     def identity(self, rel: Path) -> Identity:
         names = {rel.as_posix(), rel.name, rel.stem}

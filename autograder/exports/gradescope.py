@@ -11,7 +11,9 @@ which grades /autograder/submission's notebook and always writes
 starts it); `Sandbox` runs the student's code as an unused, unprivileged uid
 (in bubblewrap's namespaces where the container allows them, with rlimits
 otherwise), which cannot read the hidden tests: run_autograder makes
-/autograder/source readable by root only.
+/autograder/source readable by root only. A late submission is penalised by
+the zip's late policy, from Gradescope's submission_metadata.json
+(`autograder.exports.gradescope_late`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from autograder.exports import gradescope_late
 from autograder.paths import ROOT, chapters, graders_dir, solutions_dir
 from autograder.harness.sandbox import Limits, Sandbox
 
@@ -68,8 +71,10 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None
     zf.writestr(info, data)
 
 
-def export(chapter: str, out: Path, call_timeout: float = 10.0) -> Path:
-    """Write the Gradescope autograder zip for `chapter` to `out` (atomically); return its path."""
+def export(chapter: str, out: Path, call_timeout: float = 10.0, settings: dict | None = None) -> Path:
+    """Write the Gradescope autograder zip for `chapter` to `out` (atomically); return its path.
+
+    `settings`: more of gradescope.json, e.g. {"late_policy": "per-day:10", "late_cap": 50}."""
     if chapter not in chapters():
         raise SystemExit(f"no chapter {chapter!r} with graders (chapters: {', '.join(chapters()) or 'none'})")
     out = Path(out)
@@ -81,7 +86,8 @@ def export(chapter: str, out: Path, call_timeout: float = 10.0) -> Path:
             for script in SCRIPTS:
                 _add(zf, script, (TEMPLATE / script).read_bytes(), 0o755)
             _add(zf, "requirements.txt", requirements().encode())
-            _add(zf, "gradescope.json", json.dumps({"chapter": chapter, "call_timeout": call_timeout}).encode())
+            _add(zf, "gradescope.json", json.dumps({"chapter": chapter, "call_timeout": call_timeout,
+                                                    **(settings or {})}).encode())
             for name, path in bundle(chapter).items():
                 _add(zf, name, path.read_bytes())
         os.replace(tmp, out)
@@ -117,7 +123,7 @@ def grade_here(root: Path) -> dict:
     with Sandbox(limits, isolation="auto") as box:  # as root: students get an unused, unprivileged uid
         result = grade_submission(notebook, box, chapter)
     result["extra_data"]["student_uid"] = getattr(box, "host_uid", None)
-    return result
+    return gradescope_late.apply(result, root, config)
 
 
 def run(root: Path) -> int:

@@ -19,6 +19,8 @@ nbgrader_config.py, if it has one) and then, for every graded notebook:
 - feedback/<student>/<NAME>/<notebook>.html: the per-test feedback, with the
   submission's timestamp.txt and submission_secret.txt copied beside it, as
   `nbgrader release_feedback` expects.
+- late penalties: nbgrader's own `AssignLatePenalties` with the course's
+  `LateSubmissionPlugin` (see `autograder.exports.nbgrader_late`).
 """
 from __future__ import annotations
 
@@ -256,8 +258,11 @@ def write_feedback(cd, assignment: str, job: Job, result: dict) -> Path:
 
 
 def export_course(cd, assignment: str, graded: list[tuple[Job, dict]]) -> None:
-    """Everything nbgrader should see after a batch: gradebook, autograded/ and feedback/."""
+    """Everything nbgrader should see after a batch: gradebook (with nbgrader's late penalties, which the
+    results then carry too), autograded/ and feedback/."""
+    from autograder.exports.nbgrader_late import assign_penalties
+    write_gradebook(cd, assignment, graded)
+    assign_penalties(cd, assignment, graded)
     for job, result in graded:
         write_autograded(cd, assignment, job, result)
         write_feedback(cd, assignment, job, result)
-    write_gradebook(cd, assignment, graded)
