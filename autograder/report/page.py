@@ -11,7 +11,8 @@ from autograder.report.stats import ChapterStats, ClassStats, Loss, describe
 STYLE = """body{font-family:sans-serif;max-width:64em;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border-bottom:1px solid #ddd;padding:.3em .6em;
 text-align:left;vertical-align:top}td.num,th.num{text-align:right}img{max-width:100%}
-.bar{display:inline-block;height:.8em;background:#c44;vertical-align:middle}small{color:#666}"""
+.share{white-space:nowrap}.bar{display:inline-block;height:.8em;background:#c44;vertical-align:middle}
+small{color:#666}"""
 
 
 def _png(fig) -> str:
@@ -65,9 +66,11 @@ def _table(ident: str, header: list[str], rows: list[list[str]], numeric: set[in
 
 def _loss_rows(losses: list[Loss], with_function: bool) -> list[list[str]]:
     e = html.escape
+    def share(x: Loss) -> str:
+        bar = f'<span class="bar" style="width:{x.share * 8:.2f}em"></span>'
+        return f'<span class="share">{x.share:.0%} {bar}</span>'
     return [[e(x.name), *([f"<code>{e(x.function)}</code>"] if with_function else []), f"{x.points:g}",
-             f"{x.lost} of {x.n}", f'{x.share:.0%} <span class="bar" style="width:{x.share * 8:.2f}em"></span>']
-            for x in losses]
+             f"{x.lost} of {x.n}", share(x)] for x in losses]
 
 
 def _numbers(values: list[float], unit: str = "") -> str:

@@ -168,7 +168,9 @@ class ClassStats:
         return cls(out, subs, unreadable, read_pending(out))
 
     def chapters(self) -> list[ChapterStats]:
-        names = sorted({s.chapter for s in self.submissions if s.status != "crashed"})
+        """One per chapter that has graded submissions (a file that is no notebook at all may name no
+        chapter, or a wrong one: it is among the problems)."""
+        names = sorted({s.chapter for s in self.submissions if s.status == "graded"})
         return [ChapterStats(c, [s for s in self.submissions if s.chapter == c]) for c in names]
 
     def counts(self) -> dict[str, int]:
