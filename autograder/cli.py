@@ -95,9 +95,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
         nbgrader_io.export_course(course, args.assignment, done)  # nbgrader's late penalties reach the results
         print(f"gradebook: {course.db_url}; feedback in {course.feedback_directory}/<student>/{args.assignment}/")
     else:
-        late_counts = deadlines.settle(report, deadline, ided.identities)
+        checked = deadlines.settle(report, deadline, ided.identities)
         if deadline is not None:
-            print(deadlines.summary(deadline, late_counts))
+            print(deadlines.summary(deadline, checked))
     deadlines.write_back(out, report)
     if ided is not None and ided.unmatched:
         print(f"{len(ided.unmatched)} notebooks have no student id (graded; left out of the LMS CSV):\n"

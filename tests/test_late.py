@@ -98,3 +98,23 @@ def test_a_half_or_wrong_deadline_is_refused_before_grading(tmp_path, capsys, ar
     make_notebook(tmp_path / "subs" / "alice.ipynb", "garbage")
     assert main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), *args]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_a_submission_time_comes_from_lms_metadata_then_timestamp_txt_then_mtime(tmp_path):
+    from autograder.batch.deadlines import Deadline, apply, submission_time, summary
+    from autograder.batch.ids import Identity
+    from autograder.batch.io import Job, Report
+    nb = make_notebook(tmp_path / "a" / f"{CHAPTER}.ipynb", "garbage")
+    _at(nb, DUE + timedelta(hours=1))
+    job = Job("a", nb, "123", CHAPTER)
+    assert submission_time(job, None) == (DUE + timedelta(hours=1), "file mtime")
+    (tmp_path / "a" / "timestamp.txt").write_text("2026-12-01 23:00:00.000000 UTC")
+    assert submission_time(job, None) == (DUE - timedelta(minutes=59), "timestamp.txt")
+    metadata = Identity("123", "gradescope", submitted=DUE + timedelta(days=1))
+    assert submission_time(job, metadata) == (DUE + timedelta(days=1), "gradescope metadata")
+
+    canvas_late = Identity("123", "canvas", late=True)  # Canvas says late; timestamp.txt says on time
+    report = Report([job], {"a": {"score": 0.0, "max_score": 4.0, "output": "", "extra_data": {"status": "error"}}})
+    checked = apply(report, Deadline(DUE, late.Policy.parse("zero")), {"a": canvas_late})
+    assert (checked.late, checked.lms_late_on_time) == (0, ["a"])
+    assert "the LMS marked 1 of them late" in summary(Deadline(DUE, late.Policy.parse("zero")), checked)

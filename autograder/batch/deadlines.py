@@ -142,30 +142,42 @@ def submission_time(job: Job, identity: Identity | None) -> tuple[datetime, str]
 
 
 # ---------------------------------------------------------------- applying it
-def apply(report: Report, deadline: Deadline, identities: dict[str, Identity] | None = None) -> Counter:
-    """Check every result of `report` against `deadline` (in memory); count the time sources and the late."""
-    counts: Counter = Counter()
+@dataclass
+class Checked:
+    """What checking a class against its deadline found."""
+
+    sources: Counter = field(default_factory=Counter)  # where the submission times came from
+    late: int = 0
+    lms_late_on_time: list[str] = field(default_factory=list)  # the LMS says late, the file's time does not
+
+
+def apply(report: Report, deadline: Deadline, identities: dict[str, Identity] | None = None) -> Checked:
+    """Check every result of `report` against `deadline` (in memory)."""
+    checked = Checked()
     for job in report.jobs:
         result = report.results.get(job.name)
         if result is None or result.get("extra_data", {}).get("status") == "crashed":
             continue
-        submitted, source = submission_time(job, (identities or {}).get(job.name))
+        identity = (identities or {}).get(job.name)
+        submitted, source = submission_time(job, identity)
         due, extension = deadline.due_for(job)
         lateness = late.Lateness(due, submitted, source, extension)
         late.penalise(result, lateness, deadline.policy)
-        counts[source] += 1
-        counts["late"] += lateness.seconds_late > 0
-    return counts
+        checked.sources[source] += 1
+        checked.late += lateness.seconds_late > 0
+        if identity is not None and identity.late and not lateness.seconds_late:
+            checked.lms_late_on_time.append(job.name)
+    return checked
 
 
-def settle(report: Report, deadline: Deadline | None, identities: dict[str, Identity] | None = None) -> Counter:
+def settle(report: Report, deadline: Deadline | None, identities: dict[str, Identity] | None = None) -> Checked:
     """Apply `deadline` to every result; without one, take away the marks of an earlier deadline."""
     if deadline is not None:
         return apply(report, deadline, identities)
     for result in report.results.values():
         if result is not None:
             late.clear(result)
-    return Counter()
+    return Checked()
 
 
 def write_back(out: Path, report: Report) -> int:
@@ -182,7 +194,13 @@ def write_back(out: Path, report: Report) -> int:
     return changed
 
 
-def summary(deadline: Deadline, counts: Counter) -> str:
-    """One line for the terminal: the deadline, how many were late, where the times came from."""
-    sources = ", ".join(f"{n} from {s}" for s, n in sorted(counts.items()) if s != "late")
-    return f"deadline: {deadline.describe()}. {counts['late']} late; submission times: {sources or 'none'}"
+def summary(deadline: Deadline, checked: Checked) -> str:
+    """For the terminal: the deadline, how many were late, where the times came from, and the
+    notebooks an LMS marked late although their time says they were not."""
+    sources = ", ".join(f"{n} from {s}" for s, n in sorted(checked.sources.items()))
+    text = f"deadline: {deadline.describe()}. {checked.late} late; submission times: {sources or 'none'}"
+    if checked.lms_late_on_time:
+        text += (f"\nwarning: the LMS marked {len(checked.lms_late_on_time)} of them late, but their times say "
+                 f"on time (check the files' times, or put a timestamp.txt beside each): "
+                 + ", ".join(checked.lms_late_on_time[:10]))
+    return text
