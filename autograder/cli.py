@@ -145,17 +145,13 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_export_gradescope(args: argparse.Namespace) -> int:
+    from autograder.exports import gradescope_late
     from autograder.exports.gradescope import export
-    settings = None
-    if args.late_policy or args.late_cap is not None:
-        try:
-            if not args.late_policy:
-                raise ValueError("--late-cap needs --late-policy")
-            policy = late.Policy.parse(args.late_policy, 100.0 if args.late_cap is None else args.late_cap)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return 2
-        settings = {"late_policy": policy.to_text(), "late_cap": policy.cap}
+    try:
+        settings = gradescope_late.zip_settings(args.late_policy, args.late_cap)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout, settings=settings)
     print(f"wrote {path}: upload it as the Gradescope autograder (base image: Ubuntu 24.04)")
     return 0

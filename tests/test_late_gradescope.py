@@ -5,6 +5,8 @@ import json
 import zipfile
 from datetime import datetime, timedelta
 
+import pytest
+
 from autograder.exports import gradescope_late
 from tests.batch.toy import CHAPTER, toy_chapter  # noqa: F401 - fixture
 from tests.test_gradescope_export import run_autograder
@@ -37,3 +39,11 @@ def test_run_autograder_penalises_by_the_zips_policy(toy_chapter, tmp_path):
     assert "1 d 1 min after the due date" in result["output"]
     assert datetime.fromisoformat(result["extra_data"]["late"]["submitted"]) - timedelta(days=1, minutes=1) \
         == datetime.fromisoformat(result["extra_data"]["late"]["due"])
+
+
+def test_the_zip_keeps_a_valid_policy_only():
+    assert gradescope_late.zip_settings(None, None) is None
+    assert gradescope_late.zip_settings("per-hour:5", 40) == {"late_policy": "per-hour:5", "late_cap": 40}
+    for policy, cap in (("weekly", None), (None, 30.0)):
+        with pytest.raises(ValueError):
+            gradescope_late.zip_settings(policy, cap)

@@ -18,6 +18,17 @@ from autograder import late
 METADATA = "submission_metadata.json"
 
 
+def zip_settings(policy: str | None, cap: float | None) -> dict | None:
+    """What gradescope.json keeps of `export-gradescope --late-policy POLICY --late-cap PERCENT` (None:
+    no policy). ValueError on a bad policy, or a cap without one."""
+    if policy is None:
+        if cap is not None:
+            raise ValueError("--late-cap needs --late-policy")
+        return None
+    parsed = late.Policy.parse(policy, 100.0 if cap is None else cap)
+    return {"late_policy": parsed.to_text(), "late_cap": parsed.cap}
+
+
 def lateness(meta: dict) -> late.Lateness | None:
     """How late a submission was, from Gradescope's metadata; None when it gives no due date or time."""
     assignment = meta.get("assignment") or {}
