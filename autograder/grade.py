@@ -38,16 +38,14 @@ def grader_file(chapter: str) -> Path:
     return graders_dir() / f"test_{chapter}.py"
 
 
-def max_points(chapter: str, cuda: bool | None = None) -> float:
-    """The chapter's total points, read from the graders' `@graded` declarations.
-
-    `cuda`: whether CUDA tests count (the sandbox's `cuda_usable()`); None: this process sees a GPU.
-    """
+def max_points(chapter: str) -> float:
+    """The chapter's total points, read from the graders' `@graded` declarations (the same on every
+    machine: CUDA tests run on a simulated device where no GPU is usable)."""
     path = grader_file(chapter)
     spec = importlib.util.spec_from_file_location(f"_points_{chapter}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f, cuda))
+    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f))
 
 
 def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
@@ -114,7 +112,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     cuda = sandbox.cuda_usable()
     if not cuda and torch.cuda.is_available():
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "
-                     "tests were skipped and do not count towards the maximum.")
+                     "tests ran on a simulated CUDA device instead.")
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
-             "isolation": sandbox.isolation, "cuda": cuda}
+             "isolation": sandbox.isolation, "cuda": cuda}  # False: CUDA tests ran on the simulated device
     return results_json(sub.chapter, tests, "\n\n".join(lines), extra)
