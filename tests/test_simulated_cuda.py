@@ -100,3 +100,25 @@ def test_the_worker_runs_cuda_requests_on_the_simulated_device_without_a_gpu():
     assert not bad["ok"] and SAME_DEVICE in bad["message"]
     plain = answer(ns, {"op": "call", "name": "g", "args": (x,), "kwargs": {}})
     assert plain["ok"] and plain["devices"] == ["cpu"]
+
+
+def test_generators_follow_the_device_of_the_draw():
+    probs = torch.tensor([[0.2, 0.3, 0.5]])
+    with simulated_cuda():
+        p = probs.to("cuda")
+        g = torch.Generator(p.device).manual_seed(0)
+        assert str(g.device) == "cuda:0" and isinstance(g, torch.Generator)
+        draw = torch.multinomial(p, 4, replacement=True, generator=g)
+        assert str(draw.device) == "cuda:0"
+        with pytest.raises(RuntimeError, match="device type for generator"):
+            torch.multinomial(p, 1, generator=torch.Generator().manual_seed(0))
+    assert torch.Generator is type(torch.default_generator)
+    want = torch.multinomial(probs, 4, replacement=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(draw.cpu(), want)
+
+
+def test_a_device_argument_naming_cuda_is_simulated_too():
+    ns: dict = {}
+    exec("import torch\ndef mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device)\n", ns)
+    reply = answer(ns, {"op": "call", "name": "mask", "args": (3,), "kwargs": {"device": "cuda"}})
+    assert reply["ok"] and reply["devices"] == ["cuda:0"] and bool(reply["value"].all())

@@ -12,7 +12,9 @@ device rules, so the mistakes a real GPU catches are caught here too:
   the same device" error: e.g. `torch.arange(T)` or `device="cpu"` inside the function;
 - an output moved to the CPU (`.cpu()`, `.to("cpu")`) reports device `cpu`;
 - `.numpy()` on a "cuda" tensor raises as on a GPU;
-- `.cuda()`, `.to("cuda")`, `.to(x.device)` and factories with `device=x.device` work.
+- a random draw on "cuda" with a CPU generator (or the reverse) raises as on a GPU;
+- `.cuda()`, `.to("cuda")`, `.to(x.device)`, factories with `device=x.device` and
+  `torch.Generator(device=x.device)` work.
 
 `torch.cuda.is_available()` stays False (it is queried by code that runs before the call), so a
 notebook that picks its device at import time (`DEVICE = "cuda" if torch.cuda.is_available() ...`)
@@ -147,12 +149,48 @@ def to_simulated(x: torch.Tensor) -> torch.Tensor:
     return x if isinstance(x, SimulatedCuda) else ToSimulated.apply(x)
 
 
+RealGenerator = torch.Generator
+
+
+class AnyGenerator(type(RealGenerator)):
+    """`isinstance(g, torch.Generator)` stays true of every generator while `torch.Generator` is ours."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, RealGenerator)
+
+
+class SimulatedGenerator(RealGenerator, metaclass=AnyGenerator):
+    """`torch.Generator(device)` within `simulated_cuda()`: a CPU generator; one made for "cuda" says so."""
+
+    def __new__(cls, device: Any = "cpu") -> "SimulatedGenerator":
+        gen = super().__new__(cls, "cpu" if is_cuda(device) else device)
+        gen.simulated = is_cuda(device)
+        return gen
+
+    @property
+    def device(self) -> torch.device:
+        return CUDA if self.simulated else super().device
+
+
+def check_generator(args: tuple, kwargs: dict) -> None:
+    """CUDA's rule: a random operation's generator is on the operation's device."""
+    gen = kwargs.get("generator")
+    if gen is None:
+        return
+    on_cuda = is_cuda(kwargs.get("device")) or any(isinstance(x, SimulatedCuda) for x in tree_flatten(args)[0])
+    gen_cuda = getattr(gen, "simulated", False)
+    if on_cuda != gen_cuda:
+        want, got = ("cuda", "cpu") if on_cuda else ("cpu", "cuda")
+        raise RuntimeError(f"Expected a '{want}' device type for generator but found '{got}'")
+
+
 class SimulatedCudaMode(TorchFunctionMode):
     """Routes what would start CUDA to the simulated device: `.cuda()`, `.to(cuda)`, `device=cuda`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         name = getattr(func, "__name__", "")
+        check_generator(args, kwargs)
         if name == "numpy" and args and isinstance(args[0], SimulatedCuda):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
                             "tensor to host memory first.")
@@ -186,5 +224,9 @@ class SimulatedCudaMode(TorchFunctionMode):
 @contextlib.contextmanager
 def simulated_cuda() -> Iterator[None]:
     """Within: "cuda" means the simulated device (use only where real CUDA is not usable)."""
-    with SimulatedCudaMode(), SimulatedDispatch():
-        yield
+    torch.Generator = SimulatedGenerator
+    try:
+        with SimulatedCudaMode(), SimulatedDispatch():
+            yield
+    finally:
+        torch.Generator = RealGenerator

@@ -314,10 +314,21 @@ def lookup(ns: dict, name: str) -> Any:
 OPS = {"call": do_call, "module": do_module}
 
 
+def names_cuda(obj: Any) -> bool:
+    """Whether a request's value is, or holds, a CUDA device ("cuda", torch.device("cuda:0"), ...)."""
+    if isinstance(obj, (list, tuple)):
+        return any(names_cuda(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(names_cuda(x) for x in obj.values())
+    return is_cuda(obj)
+
+
 def on_device(req: dict, cuda: bool) -> contextlib.AbstractContextManager:
-    """A request on "cuda" runs on the real GPU where this process can use one (`cuda`), else on the
-    simulated CUDA device (`simulated_cuda`), so that the CUDA tests count on every machine."""
-    return simulated_cuda() if is_cuda(req.get("device")) and not cuda else contextlib.nullcontext()
+    """A request on "cuda" (its inputs moved there, or a device argument naming it) runs on the real
+    GPU where this process can use one (`cuda`), else on the simulated CUDA device (`simulated_cuda`),
+    so that the CUDA tests count on every machine."""
+    asks = names_cuda([req.get(k) for k in ("device", "args", "kwargs", "init_args", "init_kwargs")])
+    return simulated_cuda() if asks and not cuda else contextlib.nullcontext()
 
 
 def answer(ns: dict, req: dict, cuda: bool = False) -> dict:
