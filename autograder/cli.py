@@ -50,6 +50,8 @@ def assignment_of(args: argparse.Namespace, jobs: list, course=None) -> tuple[li
         if result["extra_data"].get("chapter") and name not in {j.name for j in jobs}:
             recorded.setdefault(result["extra_data"]["chapter"], []).append(f"{args.out}/{name}")
     chapter, problem = infer_chapter([j.path for j in jobs], recorded)
+    if problem and not recorded and len(jobs) == 1:
+        problem = ""  # one file that names no chapter: its result says why it cannot be graded
     if chapter:
         print(f"grading as {chapter}, the chapter the notebooks name (--chapter to choose)", file=sys.stderr)
     return jobs, chapter, problem

@@ -9,6 +9,7 @@ Batch, command-line, cluster and export code is left out: it decides no score.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import sys
@@ -21,6 +22,7 @@ GRADING_CODE = ("harness", "grade.py", "reference.py", "paths.py")  # under auto
 SKIP = ("__pycache__", ".pytest_cache")
 
 
+@functools.lru_cache(maxsize=1)
 def package_versions() -> str:
     """One line per package that decides grades: Python, torch, numpy, pytest (local tags dropped)."""
     lines = [f"python {sys.version_info[0]}.{sys.version_info[1]}"]
@@ -54,11 +56,26 @@ def grading_files(chapter: str | None) -> list[tuple[str, Path]]:
 
 
 def grader_version(chapter: str | None) -> str:
-    """16 hex digits of sha256 over `grading_files(chapter)` and `package_versions()`."""
+    """16 hex digits of sha256 over `grading_files(chapter)` and `package_versions()` (recomputed when
+    one of the files changes: size or modification time)."""
+    files = grading_files(chapter)
+    return _digest(chapter, tuple((label, str(path), *_stamp(path)) for label, path in files))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(chapter: str | None, files: tuple) -> str:
     h = hashlib.sha256(f"chapter {chapter}\n{package_versions()}".encode())
-    for label, path in grading_files(chapter):
+    for label, path, *_ in files:
         try:
-            data = path.read_bytes()
+            data = Path(path).read_bytes()
         except OSError:
             data = b"<missing>"
         h.update(f"{label} {len(data)}\n".encode())

@@ -57,7 +57,7 @@ def test_the_zip_holds_the_scripts_the_hidden_tests_and_the_reference(exported):
 def test_a_zip_older_than_the_graders_is_detected(exported, toy_chapter, capsys):
     assert check_zip(exported)[0] and main(["check-zip", str(exported)]) == 0
     grader = toy_chapter / "graders" / f"test_{CHAPTER}.py"
-    grader.write_text(grader.read_text().replace('@graded("scale", points=1', '@graded("scale", points=2'))
+    grader.write_text(grader.read_text().replace('@graded("scale", points=1', '@graded("scale", points=10'))
     current, message = check_zip(exported)
     assert not current and "STALE" in message and f"export-gradescope {CHAPTER}" in message
     capsys.readouterr()
