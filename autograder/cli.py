@@ -116,8 +116,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         nbgrader_io.export_course(course, args.assignment, done)
         print(f"gradebook: {course.db_url}; feedback in {course.feedback_directory}/<student>/{args.assignment}/")
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
-    print(f"{len(jobs)} submissions: {report.graded} graded now, {report.skipped} already done; "
-          f"all {len(report.jobs)} in {out}: {counts}")
+    print(f"{len(jobs)} submission{'s' if len(jobs) != 1 else ''}: {report.graded} graded now, "
+          f"{report.skipped} already done; all {len(report.jobs)} in {out}: {counts}")
     print(f"grades in {out / 'grades.csv'}; results in {out}/<submission>/results.json")
     if report.aborted:
         print(report.aborted, file=sys.stderr)

@@ -47,7 +47,9 @@ def test_regrading_some_students_keeps_every_row(toy_chapter, tmp_path, capsys):
     after = stamps(out)
     assert {n for n in want if after[n] != before[n]} == {"bob", "carol"}  # --student regrades them, no others
 
+    capsys.readouterr()
     assert grade(str(subs / "alice.ipynb"), "--out", str(out), "--force", "--lms-csv", str(lms)) == 0
+    assert "1 submission: 1 graded now, 0 already done; all 4 in" in capsys.readouterr().out
     assert len(table(out / "grades.csv", "submission")) == len(table(lms, "student_id")) == 4
     assert stamps(out)["alice"] != after["alice"]
 

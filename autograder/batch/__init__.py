@@ -246,7 +246,7 @@ def plan(jobs: list[Job], out: Path, force: bool = False,
     A finished result is done when it is current (`is_current`): graded as the job's chapter (the
     job's own, else `chapter`) by today's graders; the others are counted in `report.stale`.
     """
-    report, todo, versions = Report(jobs, {}), [], {}
+    report, todo, versions = Report(list(jobs), {}), [], {}
     for job in jobs:
         sha, stored = sha256_of(job.path), read_result(out, job)
         report.results[job.name] = stored if stored and stored["extra_data"].get("sha256") == sha else None
