@@ -12,8 +12,9 @@ import pytest
 from autograder.assignment import infer_chapter, looks_like
 from autograder.cli import main
 from autograder.harness.notebook import read_submission
-from tests.batch.toy import (CHAPTER, OTHER, add_other_chapter, make_notebook, make_other_notebook,  # noqa: F401
-                             toy_chapter)
+from autograder.paths import chapters
+from tests.batch.toy import (CHAPTER, OTHER, ROOT, add_other_chapter, make_notebook,  # noqa: F401
+                             make_other_notebook, toy_chapter)
 
 LOOKS_LIKE = f"looks like the notebook of chapter {OTHER}, not of {CHAPTER}"
 OTHER_CHAPTER = f"notebook of chapter {OTHER}, not of {CHAPTER}"
@@ -36,6 +37,13 @@ def test_the_content_can_only_refuse(two_chapters, tmp_path):
     assert looks_like(ours, CHAPTER) is None and looks_like(theirs, OTHER) is None
     assert looks_like(theirs, CHAPTER) == OTHER
     assert looks_like([{"source": "x = 1"}], CHAPTER) is None  # an empty notebook is just graded (0 points)
+
+
+@pytest.mark.parametrize("chapter", chapters())
+def test_each_real_exercise_is_told_apart_from_the_next_chapter(chapter):
+    cells = read_submission(ROOT / "exercises" / f"{chapter}.ipynb").cells
+    other = chapters()[(chapters().index(chapter) + 1) % len(chapters())]
+    assert looks_like(cells, chapter) is None and looks_like(cells, other) == chapter
 
 
 def test_a_folder_is_graded_as_the_one_chapter_its_notebooks_name(two_chapters, tmp_path):
@@ -74,6 +82,10 @@ def test_nbgrader_grades_as_the_assignment_and_keeps_foreign_cells_out(two_chapt
     make_notebook(root / "submitted" / "alice" / "hw1" / "scratch.ipynb")  # not a notebook of hw1
     make_other_notebook(root / "submitted" / "xavier" / "hw1" / f"{CHAPTER}.ipynb", metadata=False)
     make_other_notebook(root / "submitted" / "yves" / "hw1" / f"{CHAPTER}.ipynb")
+    stray = root / "autograder-results" / "hw1" / "alice" / "scratch" / "results.json"  # from an older run
+    stray.parent.mkdir(parents=True)
+    stray.write_text(json.dumps({"score": 4.0, "max_score": 4.0, "tests": [], "extra_data": {
+        "status": "graded", "chapter": CHAPTER, "student": "alice", "notebook": "scratch"}}))
     assert main(["grade", "--nbgrader-course", str(root), "--assignment", "hw1", "--no-progress"]) == 0
     assert "scratch.ipynb" in capsys.readouterr().err
 

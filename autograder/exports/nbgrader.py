@@ -306,8 +306,16 @@ def write_feedback(cd, assignment: str, job: Job, result: dict) -> Path:
     return path
 
 
+def of_assignment(cd, assignment: str, graded: list[tuple[Job, dict]]) -> list[tuple[Job, dict]]:
+    """The results of the assignment's own notebooks (all of them when the course has no source/ or
+    release/ copy to say which): a stray notebook's result, even from an earlier run, stays out."""
+    theirs = instructor_notebooks(cd, assignment)
+    return [(job, result) for job, result in graded if not theirs or job.notebook in theirs]
+
+
 def export_course(cd, assignment: str, graded: list[tuple[Job, dict]]) -> None:
     """Everything nbgrader should see after a batch: gradebook, autograded/ and feedback/."""
+    graded = of_assignment(cd, assignment, graded)
     for job, result in graded:
         write_autograded(cd, assignment, job, result)
         write_feedback(cd, assignment, job, result)
