@@ -261,7 +261,7 @@ def plan(jobs: list[Job], out: Path, force: bool = False,
 
 
 def stale_message(report: Report) -> str:
-    """E.g. "22 results predate the graders of 02_attention: regrading them" ("" when none do)."""
+    """E.g. "22 results predate the graders (22 of 02_attention: ...): regrading them" ("" when none do)."""
     if not report.stale:
         return ""
     parts = ", ".join(f"{n} of {chapter}" for chapter, n in sorted(report.stale.items()))

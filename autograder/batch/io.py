@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from autograder.harness.atomic import write_csv
+from autograder.version import grader_version
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
 CSV_HEADER = ["submission", "chapter", "score", "max", "status"]
@@ -114,7 +115,6 @@ def is_finished(result: dict | None, sha: str) -> bool:
 def is_current(result: dict, chapter: str | None, versions: dict[str | None, str]) -> bool:
     """Whether a finished result stands: graded as `chapter` (when the batch knows it) by the graders,
     reference and harness as they are now (`versions`: chapter -> grader version, filled as needed)."""
-    from autograder.version import grader_version
     graded_as = result["extra_data"].get("chapter")
     if chapter and graded_as != chapter:
         return False
