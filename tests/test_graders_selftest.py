@@ -35,7 +35,7 @@ def test_solution_gets_full_marks(chapter, sandbox):
     result = grade_submission(solutions_dir() / f"{chapter}.py", sandbox)
     failed = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["status"] != "passed"]
     assert not failed, "\n".join(failed)
-    assert result["score"] == result["max_score"] == max_points(chapter, result["extra_data"]["cuda"]) > 0
+    assert result["score"] == result["max_score"] == max_points(chapter) > 0
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -43,7 +43,7 @@ def test_released_exercise_gets_zero_with_hints(chapter, sandbox):
     result = grade_submission(ROOT / "exercises" / f"{chapter}.ipynb", sandbox)
     assert result["extra_data"]["status"] == "graded"
     assert result["score"] == 0, [t["name"] for t in result["tests"] if t["score"] > 0]
-    assert result["max_score"] == max_points(chapter, result["extra_data"]["cuda"])
+    assert result["max_score"] == max_points(chapter)
     for test in result["tests"]:
         if test["max_score"]:
             assert "Hint:" in test["output"], f"no hint for {test['name']}"

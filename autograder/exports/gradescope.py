@@ -3,7 +3,9 @@
 `python -m autograder export-gradescope NN_name --out autograder.zip` writes a
 zip with setup.sh and run_autograder (from gradescope_template/), the
 autograder package, the provided `attnkit` package, the chapter's hidden
-graders and its reference solution, pinned requirements and gradescope.json.
+graders and its reference solution, pinned requirements and gradescope.json (the chapter, the call
+timeout and the grader version of the files zipped: `python -m autograder
+check-zip ZIP` says whether the zip is older than the graders here).
 
 On Gradescope, run_autograder calls `python -m autograder.exports.gradescope run`,
 which grades /autograder/submission's notebook and always writes
@@ -29,6 +31,7 @@ from pathlib import Path
 from autograder.exports import gradescope_late
 from autograder.paths import ROOT, chapters, graders_dir, solutions_dir
 from autograder.harness.sandbox import Limits, Sandbox
+from autograder.version import grader_version
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent  # autograder/
@@ -87,6 +90,7 @@ def export(chapter: str, out: Path, call_timeout: float = 10.0, settings: dict |
                 _add(zf, script, (TEMPLATE / script).read_bytes(), 0o755)
             _add(zf, "requirements.txt", requirements().encode())
             _add(zf, "gradescope.json", json.dumps({"chapter": chapter, "call_timeout": call_timeout,
+                                                    "grader_version": grader_version(chapter),
                                                     **(settings or {})}).encode())
             for name, path in bundle(chapter).items():
                 _add(zf, name, path.read_bytes())
@@ -95,6 +99,24 @@ def export(chapter: str, out: Path, call_timeout: float = 10.0, settings: dict |
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def check_zip(path: Path) -> tuple[bool, str]:
+    """(whether the zip grades with today's graders, what to tell the instructor): the grader version
+    it records against the chapter's as it is here (`autograder.version`)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            config = json.loads(zf.read("gradescope.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        return False, f"{path}: not an autograder zip of this course ({type(exc).__name__}: {exc})"
+    chapter, recorded = config.get("chapter"), config.get("grader_version")
+    current = grader_version(chapter)
+    if recorded == current:
+        return True, f"{path}: current ({chapter}, grader version {current})"
+    when = f"with grader version {recorded}" if recorded else "before zips recorded their grader version"
+    return False, (f"{path}: STALE: exported {when}; the graders, reference or harness of {chapter} have changed "
+                   f"since (now {current}). Export it again (python -m autograder export-gradescope {chapter}), "
+                   "upload it to Gradescope and regrade the submissions there.")
 
 
 # ---------------------------------------------------------------- running on Gradescope

@@ -1,7 +1,7 @@
 """The student side: run a submission's cells, then answer the grader's calls.
 
-This file runs inside the sandbox (it is copied there with `wire.py`): it
-imports only the standard library, torch and `wire`. It never sees the
+This file runs inside the sandbox (it is copied there with `wire.py` and
+`simulated_cuda.py`): it imports only the standard library, torch and those two. It never sees the
 graders or the reference solution; it receives inputs, calls the student's
 code and sends back plain tensors, numbers and strings.
 """
@@ -24,8 +24,10 @@ import torch
 
 try:
     import wire
+    from simulated_cuda import is_cuda, simulated_cuda
 except ImportError:  # imported as part of the autograder package (the reference)
     from autograder.harness import wire
+    from autograder.harness.simulated_cuda import is_cuda, simulated_cuda
 
 STDOUT_LIMIT = 4000  # characters of the student's printed output kept per call
 MAGIC_RUN = {"time", "timeit", "capture", "prun"}  # cell magics whose body still runs
@@ -312,11 +314,31 @@ def lookup(ns: dict, name: str) -> Any:
 OPS = {"call": do_call, "module": do_module}
 
 
-def answer(ns: dict, req: dict) -> dict:
-    """Run one request; any exception of the student's becomes an error reply."""
+def names_cuda(obj: Any) -> bool:
+    """Whether a request's value is, or holds, a CUDA device ("cuda", torch.device("cuda:0"), ...)."""
+    if isinstance(obj, (list, tuple)):
+        return any(names_cuda(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(names_cuda(x) for x in obj.values())
+    return is_cuda(obj)
+
+
+def on_device(req: dict, cuda: bool) -> contextlib.AbstractContextManager:
+    """A request on "cuda" (its inputs moved there, or a device argument naming it) runs on the real
+    GPU where this process can use one (`cuda`), else on the simulated CUDA device (`simulated_cuda`),
+    so that the CUDA tests count on every machine."""
+    asks = names_cuda([req.get(k) for k in ("device", "args", "kwargs", "init_args", "init_kwargs")])
+    return simulated_cuda() if asks and not cuda else contextlib.nullcontext()
+
+
+def answer(ns: dict, req: dict, cuda: bool = False) -> dict:
+    """Run one request; any exception of the student's becomes an error reply.
+
+    `cuda`: whether this process can use a real GPU (else "cuda" requests run on the simulated one).
+    """
     seed_all(req.get("seed", 0))
     started = time.perf_counter()
-    with captured() as out:
+    with captured() as out, on_device(req, cuda):
         try:
             reply = OPS[req["op"]](ns, req)
             reply["ok"] = True
@@ -370,7 +392,7 @@ def serve(sock: socket.socket) -> None:
         if req.get("op") == "bye":
             return
         try:
-            wire.send(sock, answer(ns, req))
+            wire.send(sock, answer(ns, req, cuda))
         except (wire.WireError, OSError):
             return
         except Exception as exc:  # the reply itself could not be encoded
