@@ -20,6 +20,7 @@ from autograder.reference import load_reference
 from autograder.harness.plugin import GradingPlugin, TestResult
 from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
+from autograder.harness.seeds import PerStudentInputs
 
 
 def for_one_notebook() -> None:
@@ -82,10 +83,11 @@ def run_graders(plugin: GradingPlugin, extra_plugins: tuple = ()) -> None:
 
 
 def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0,
-                     only: str | None = None) -> dict:
+                     only: str | None = None, inputs_key: bytes | None = None) -> dict:
     """Grade one notebook in a fresh student process of `sandbox`; return its results.json object.
 
     `only`: run just the tests of that graded function (the scores then cover those tests only).
+    `inputs_key`: the student's key (`seeds.student_key`): the hidden inputs are then this student's own.
     """
     started = time.monotonic()
     try:
@@ -100,7 +102,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
                           f"(chapters: {', '.join(chapters())})", sub.chapter, time.monotonic() - started)
     plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only, load_reference=load_reference)
     try:
-        run_graders(plugin)
+        run_graders(plugin, (PerStudentInputs(inputs_key, sub.chapter),) if inputs_key else ())
         report = plugin.student().report or {}
         load_failure = plugin.student().load_failure
         printed = "\n".join(plugin.student().printed)
@@ -116,5 +118,6 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "
                      "tests were skipped and do not count towards the maximum.")
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
-             "isolation": sandbox.isolation, "cuda": cuda}
+             "isolation": sandbox.isolation, "cuda": cuda,
+             **({"inputs": "per student"} if inputs_key else {})}
     return results_json(sub.chapter, tests, "\n\n".join(lines), extra)

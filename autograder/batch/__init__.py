@@ -57,6 +57,7 @@ class Settings:
     force: bool = False
     progress: bool = True
     worker: str = "autograder.batch.worker"  # the module each worker runs (`python -m WORKER FD`)
+    secret: bytes = b""  # the course secret: per-student hidden inputs (`autograder.harness.seeds`)
 
     def threads(self) -> int:
         """Torch threads per worker and per student process: the cores shared out."""

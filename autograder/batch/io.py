@@ -79,6 +79,12 @@ def find_jobs(paths: list[str]) -> list[Job]:
     return [Job(n if counts[n] == 1 else f"{n}-{i}", f, s, f.stem) for i, (n, f, s) in enumerate(found)]
 
 
+def student_id(job: Job) -> str:
+    """The id a student's per-student inputs and the similarity report go by: the batch's student name
+    (the first folder under the class folder, or the file's stem). The one place to map it to an LMS id."""
+    return job.student
+
+
 def sha256_of(path: Path) -> str:
     """The file's sha256 ("" if it cannot be read: grading will say why)."""
     try:
@@ -150,7 +156,7 @@ def write_lms_csv(path: Path, report: Report, columns: tuple[str, str] = ("stude
 def stamp(result: dict, job: Job, sha: str) -> dict:
     """Add the batch's bookkeeping to a result: which file, which student, when."""
     result.setdefault("extra_data", {}).update(
-        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha,
+        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha, path=str(Path(job.path).resolve()),
         graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return result
 
