@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
-from copydetect import CodeFingerprint, compare_files
+from copydetect import CodeFingerprint
+from copydetect.utils import get_copied_slices
 
 NOISE = 25  # k: the shortest match that counts, in characters of normalised code (copydetect's default)
 GUARANTEE = 25  # every match this long is found (window = GUARANTEE - NOISE + 1)
@@ -54,8 +55,28 @@ class Pair:
 
 
 def fingerprint(name: str, code: str, boilerplate: np.ndarray | None = None) -> CodeFingerprint:
-    return CodeFingerprint(f"{name}.py", NOISE, GUARANTEE - NOISE + 1, boilerplate=boilerplate,
-                           language="python", fp=io.StringIO(code))
+    """copydetect's fingerprint of `code`, with flat arrays for `compare` (each winnowed position and its hash)."""
+    fp = CodeFingerprint(f"{name}.py", NOISE, GUARANTEE - NOISE + 1, boilerplate=boilerplate,
+                         language="python", fp=io.StringIO(code))
+    fp.positions = np.array([i for ids in fp.hash_idx.values() for i in ids], dtype=np.int64)
+    fp.position_hashes = np.array([h for h, ids in fp.hash_idx.items() for _ in ids], dtype=np.int64)
+    fp.unique_hashes = np.array(sorted(fp.hash_idx), dtype=np.int64)
+    return fp
+
+
+def shares(a: CodeFingerprint, b: CodeFingerprint) -> tuple[int, tuple[float, float], tuple]:
+    """copydetect's `compare_files(a, b)`, with the overlap found by one `np.isin` per side: copydetect
+    builds an array per shared hash (9 ms a pair, 3 minutes for a class of 200), this takes ~0.3 ms."""
+    slices = [get_copied_slices(x.positions[np.isin(x.position_hashes, y.unique_hashes)], NOISE)
+              for x, y in ((a, b), (b, a))]
+    if len(slices[0][0]) == 0:
+        return 0, (0.0, 0.0), (np.array([]), np.array([]))
+    tokens = [int(np.sum(s[1] - s[0])) for s in slices]
+    share = tuple(t / x.token_coverage if len(x.filtered_code) else 0.0 for t, x in zip(tokens, (a, b)))
+    for s, x in zip(slices, (a, b)):  # positions in the normalised code -> in the code as written
+        if len(x.offsets):
+            s += x.offsets[:, 1][np.clip(np.searchsorted(x.offsets[:, 0], s), 0, x.offsets.shape[0] - 1)]
+    return tokens[0], share, tuple(slices)
 
 
 def boilerplate_of(code: str) -> np.ndarray:
@@ -76,6 +97,6 @@ def pairs_of(entries: list[Entry], starter_code: str) -> list[Pair]:
     for a, b in combinations([e for e in entries if e.name in prints], 2):
         if a.student == b.student:
             continue
-        tokens, (share_a, share_b), slices = compare_files(prints[a.name], prints[b.name])
+        tokens, (share_a, share_b), slices = shares(prints[a.name], prints[b.name])
         pairs.append(Pair(a, b, float(share_a), float(share_b), int(tokens), slices))
     return ranked(pairs)

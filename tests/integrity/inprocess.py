@@ -20,9 +20,9 @@ from autograder.harness.seeds import PerStudentInputs
 from course.release import Recorder, RecordingPlugin, alternative_namespace, load_mistakes, reference_namespace
 
 
-def namespaces(chapter: str) -> tuple[types.SimpleNamespace, dict[str, tuple[str | None, dict]]]:
+def namespaces(chapter: str, mistakes: bool = True) -> tuple[types.SimpleNamespace, dict[str, tuple[str | None, dict]]]:
     """(the `ref` fixture's names, variants): "solution" and "alternative" (graded on every function),
-    and each known-wrong variant (graded on its own function only)."""
+    and (`mistakes`) each known-wrong variant (graded on its own function only)."""
     ref_ns = reference_namespace(chapter)
     ref = types.SimpleNamespace(**{k: v for k, v in ref_ns.items() if not k.startswith("__")})
     solution = reference_namespace(chapter)  # the student's own copy: nothing shared with `ref`
@@ -30,7 +30,7 @@ def namespaces(chapter: str) -> tuple[types.SimpleNamespace, dict[str, tuple[str
     alternative = alternative_namespace(chapter)
     if alternative is not None:
         variants["alternative"] = (None, alternative)
-    for m in load_mistakes(chapter):  # appended to the solution notebook, as the graders' self-test does
+    for m in load_mistakes(chapter) if mistakes else []:  # appended to the solution notebook, as the graders' self-test does
         variants[f"mistake: {m.function}: {m.name}"] = (m.function, reference_namespace(chapter, m.code))
     return ref, variants
 
@@ -69,8 +69,8 @@ class EveryVariant:
 
 def grade_variants(chapter: str, keys: list[bytes], mistake_keys: int | None = None) -> EveryVariant:
     """Run the chapter's graders once, every variant under every key (known-wrong variants under the
-    first `mistake_keys`); CUDA tests skipped."""
-    ref, variants = namespaces(chapter)
+    first `mistake_keys`, none if 0); CUDA tests skipped."""
+    ref, variants = namespaces(chapter, mistake_keys != 0)
     recorder = Recorder(variants["solution"][1])
     plugin = RecordingPlugin(chapter, [], None, recorder=recorder, ref=ref)
     every = EveryVariant(chapter, recorder, variants, keys, mistake_keys)
