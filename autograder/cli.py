@@ -224,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                    "inputs of their own (keyed by their Gradescope user id)")
     e.add_argument("--public-checks", metavar="FILE.pt", help="also run these public checks (from `make "
                    "release`: _build/release/attnkit/checks/NN_name.pt) and show them as 0-point tests")
-    from autograder.exports.gradescope import VISIBILITIES as seen  # Gradescope's four values
-    e.add_argument("--hidden-visibility", choices=seen, default="after_due_date",
+    from autograder.exports.gradescope import VISIBILITIES  # Gradescope's four values
+    e.add_argument("--hidden-visibility", choices=VISIBILITIES, default="after_due_date",
                    help="when students see the hidden tests' details (Gradescope's per-test visibility)")
-    e.add_argument("--public-visibility", choices=seen, default="visible",
+    e.add_argument("--public-visibility", choices=VISIBILITIES, default="visible",
                    help="when students see the public checks (with --public-checks)")
-    e.add_argument("--visibility", choices=seen, default="visible",
+    e.add_argument("--visibility", choices=VISIBILITIES, default="visible",
                    help="Gradescope's top-level visibility of the results")
     e.set_defaults(func=cmd_export_gradescope)
     s = sub.add_parser("similarity", help="rank pairs of submissions by shared code (similarity.html, .csv)")

@@ -137,13 +137,13 @@ def gradescope_student(root: Path) -> str | None:
 
 def inputs_key(root: Path) -> bytes | None:
     """The student's key of their own hidden inputs, when the zip holds a course secret."""
-    from autograder.harness.seeds import student_key
+    from autograder.harness.seeds import read_secret, student_key
     secret_file, student = root / "source" / SECRET, gradescope_student(root)
     if not secret_file.exists():
         return None
     if student is None:
         raise RuntimeError("the autograder has a course secret but submission_metadata.json names no user")
-    return student_key(secret_file.read_bytes().strip(), student)
+    return student_key(read_secret(secret_file), student)
 
 
 def public_tests(root: Path, notebook: Path, box: Sandbox, visibility: str) -> list[dict]:
