@@ -109,7 +109,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return 2
     settings = batch.Settings(out, jobs=args.jobs, chapter=chapter, isolation=args.isolation,
                               call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
-                              force=args.force or bool(args.student), progress=not args.no_progress)
+                              force=args.force or bool(args.student), progress=not args.no_progress,
+                              secret=args.secret)
     try:
         runner, started = cluster_runner(args)
     except RuntimeError as exc:  # dask-jobqueue missing or misconfigured
@@ -148,7 +149,22 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 130 if report.interrupted else 1 if report.aborted or report.counts().get("crashed") else 0
 
 
+def read_secret_arg(args: argparse.Namespace) -> bool:
+    """Replace args.secret_file by args.secret (bytes, b"" without one); False, with a message, if unreadable."""
+    args.secret = b""
+    if args.secret_file:
+        from autograder.harness.seeds import read_secret
+        try:
+            args.secret = read_secret(args.secret_file)
+        except (OSError, ValueError) as exc:
+            print(f"--secret-file: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
+    if not read_secret_arg(args):
+        return 2
     if wants_batch(args):
         return cmd_batch(args)
     from autograder import batch  # one notebook: graded here, then the class tables of OUT rebuilt
@@ -160,8 +176,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
     job = jobs[0]
     with Sandbox(Limits(call_seconds=args.call_timeout), isolation=args.isolation) as sandbox:
         from autograder.grade import for_one_notebook, grade_submission  # imports torch while the zygote does
+        from autograder.harness.seeds import student_key
         for_one_notebook()
-        result = batch.stamp(grade_submission(job.path, sandbox, chapter), job, batch.sha256_of(job.path))
+        key = student_key(args.secret, batch.student_id(job)) if args.secret else None  # as a batch keys it
+        result = batch.stamp(grade_submission(job.path, sandbox, chapter, inputs_key=key), job,
+                             batch.sha256_of(job.path))
     try:
         batch.record_alone(out, job, result)
     except RuntimeError as exc:  # a batch is writing to OUT
@@ -182,8 +201,36 @@ def cmd_export_gradescope(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout, settings=settings)
+    if not read_secret_arg(args):
+        return 2
+    visibility = {"result": args.visibility, "hidden_tests": args.hidden_visibility,
+                  "public_checks": args.public_visibility}
+    path = export(args.chapter, Path(args.out), call_timeout=args.call_timeout, settings=settings,
+                  secret=args.secret,
+                  public_checks=Path(args.public_checks) if args.public_checks else None, visibility=visibility)
     print(f"wrote {path}: upload it as the Gradescope autograder (base image: Ubuntu 24.04)")
+    if args.secret:
+        print("it holds the course secret: keep it out of the repository and the release", file=sys.stderr)
+    return 0
+
+
+def cmd_similarity(args: argparse.Namespace) -> int:
+    """Write OUT/similarity.html and OUT/similarity.csv; see docs/notes/i30.md."""
+    from autograder.similarity import is_results_folder, similarity
+    if not args.out and not (len(args.paths) == 1 and is_results_folder(Path(args.paths[0]))):
+        print("similarity needs --out DIR unless it is given one results folder", file=sys.stderr)
+        return 2
+    out = Path(args.out or args.paths[0])
+    entries, pairs, (page, table) = similarity(args.paths, out, args.chapter,
+                                               Path(args.starter) if args.starter else None, args.top,
+                                               args.threshold)
+    if not entries:
+        print("no submissions found in " + " ".join(args.paths), file=sys.stderr)
+        return 2
+    for p in pairs[:5]:
+        flag = "  identical file" if p.identical_file else ""
+        print(f"{100 * p.similarity:5.1f}%  {p.a.name}  {p.b.name}{flag}")
+    print(f"{len(entries)} submissions, {len(pairs)} pairs: {page} and {table}")
     return 0
 
 
@@ -237,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds to wait for a first worker (default 60 with --scheduler, 1800 with --cluster)")
     c.add_argument("--worker-threads", type=int, default=0,
                    help="torch threads per worker (default: the host's cores shared among its workers)")
+    g.add_argument("--secret-file", metavar="FILE",
+                   help="the course secret (keep it out of the repository): every student then gets hidden "
+                   "inputs of their own, drawn from the secret, their id and the test")
     g.add_argument("--force", action="store_true", help="regrade submissions that already have current results")
     g.add_argument("--student", action="append", metavar="NAME",
                    help="grade only this student's submissions (a student id or a submission name), again "
@@ -257,7 +307,28 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--out", default="autograder.zip", help="the zip to write")
     e.add_argument("--call-timeout", type=float, default=10.0, help="seconds one student call may take")
     late.add_arguments(e, due=False)  # the due date and extensions: Gradescope's submission_metadata.json
+    e.add_argument("--secret-file", metavar="FILE", help="pack the course secret: each student gets hidden "
+                   "inputs of their own (keyed by their Gradescope user id)")
+    e.add_argument("--public-checks", metavar="FILE.pt", help="also run these public checks (from `make "
+                   "release`: _build/release/attnkit/checks/NN_name.pt) and show them as 0-point tests")
+    from autograder.exports.gradescope import VISIBILITIES  # Gradescope's four values
+    e.add_argument("--hidden-visibility", choices=VISIBILITIES, default="after_due_date",
+                   help="when students see the hidden tests' details (Gradescope's per-test visibility)")
+    e.add_argument("--public-visibility", choices=VISIBILITIES, default="visible",
+                   help="when students see the public checks (with --public-checks)")
+    e.add_argument("--visibility", choices=VISIBILITIES, default="visible",
+                   help="Gradescope's top-level visibility of the results")
     e.set_defaults(func=cmd_export_gradescope)
+    s = sub.add_parser("similarity", help="rank pairs of submissions by shared code (similarity.html, .csv)")
+    s.add_argument("paths", nargs="+", help="a batch's results folder (OUT), or notebooks and folders of them")
+    s.add_argument("--out", help="folder for similarity.html and similarity.csv (default: the results folder)")
+    s.add_argument("--chapter", help="chapter (NN_name) for notebooks whose metadata does not say")
+    s.add_argument("--starter", help="the starter notebook whose code is boilerplate (default: "
+                   "exercises/NN_name.ipynb)")
+    s.add_argument("--top", type=int, default=50, help="pairs shown in the HTML report (the CSV has all)")
+    s.add_argument("--threshold", type=float, default=0.5,
+                   help="similarity at which a pair's side-by-side view opens in the report (0 to 1)")
+    s.set_defaults(func=cmd_similarity)
     r = sub.add_parser("report", help="a class report of OUT: OUT/report.html and a summary")
     r.add_argument("out", help="the folder a `grade` run wrote (OUT/<submission>/results.json)")
     r.set_defaults(func=cmd_report)

@@ -24,6 +24,7 @@ from autograder.harness.plugin import GradingPlugin, TestResult
 from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
 from autograder.version import grader_version
+from autograder.harness.seeds import PerStudentInputs, inputs_id
 
 
 def for_one_notebook() -> None:
@@ -101,10 +102,11 @@ def run_graders(plugin: GradingPlugin, extra_plugins: tuple = ()) -> None:
 
 
 def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0,
-                     only: str | None = None) -> dict:
+                     only: str | None = None, inputs_key: bytes | None = None) -> dict:
     """Grade one notebook in a fresh student process of `sandbox`; return its results.json object.
 
     `only`: run just the tests of that graded function (the scores then cover those tests only).
+    `inputs_key`: the student's key (`seeds.student_key`): the hidden inputs are then this student's own.
     """
     started = time.monotonic()
     try:
@@ -123,7 +125,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
                           f"your {sub.chapter} notebook", sub.chapter, time.monotonic() - started, looks_like=other)
     plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only, load_reference=load_reference)
     try:
-        run_graders(plugin)
+        run_graders(plugin, (PerStudentInputs(inputs_key, sub.chapter),) if inputs_key else ())
         report = plugin.student().report or {}
         load_failure = plugin.student().load_failure
         printed = "\n".join(plugin.student().printed)
@@ -140,5 +142,6 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
                      "tests ran on a simulated CUDA device instead.")
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
              "isolation": sandbox.isolation, "cuda": cuda,  # False: CUDA tests ran on the simulated device
-             "grader_version": grader_version(sub.chapter)}
+             "grader_version": grader_version(sub.chapter),
+             **({"inputs": "per student", "inputs_id": inputs_id(inputs_key)} if inputs_key else {})}
     return results_json(sub.chapter, tests, "\n\n".join(lines), extra)

@@ -7,8 +7,8 @@ the hidden graders.
 
 Public checks are recorded here, not written by hand: the chapter's hidden
 graders run in this process against the reference solution, with every seed
-shifted (`check.SEED_OFFSET`, and `torch.manual_seed` while a grader builds
-its inputs), behind a stand-in for the student process that records each
+shifted (`autograder.harness.seeds.shifted_seeds`: `check.SEED_OFFSET`, and `torch.manual_seed`
+while a grader builds its inputs), behind a stand-in for the student process that records each
 request they send and answers it with the reference. Requests the graders
 also send with their own seeds (inputs that do not depend on a seed) are
 dropped, so no public check uses a hidden grader's inputs. The reference's
@@ -20,7 +20,6 @@ back with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import importlib
 import io
@@ -40,13 +39,13 @@ import nbformat
 import pytest
 import torch
 
-from autograder.harness import check as checkmod
 from autograder.harness import wire
 from autograder.harness.check import GradingFailure
 from autograder.harness.notebook import read_submission
 from autograder.harness.plugin import GradingPlugin
 from autograder.harness.replay import FORMAT, check_reply
 from autograder.harness.sandbox import Limits
+from autograder.harness.seeds import real_seeds, shifted_seeds
 from autograder.harness.student import StudentError, StudentProcess, clean_reply
 from autograder.harness.worker import answer, run_cells, seed_all
 from course.exercises import ROOT, chapters, exercise_notebook, render
@@ -57,7 +56,6 @@ MAX_CHECKS = 3  # public checks per graded function (one per hidden test, the fi
 MAX_PARTS = 3  # requests per public check
 MAX_REQUEST_BYTES = 256 * 1024
 REPLY_FIELDS = ("value", "grads", "attrs", "param_grads")
-REAL_MANUAL_SEED = torch.manual_seed
 
 
 # ---------------------------------------------------------------- recording the graders' requests
@@ -74,29 +72,6 @@ def reference_namespace(chapter: str, extra_code: str | None = None, path: Path 
     if errors:
         raise RuntimeError(f"the reference of {chapter} fails in cell {errors[0]['cell']}: {errors[0]['message']}")
     return ns
-
-
-@contextlib.contextmanager
-def real_seeds():
-    """torch.manual_seed as it is (the harness seeds every request with it)."""
-    shifted, torch.manual_seed = torch.manual_seed, REAL_MANUAL_SEED
-    try:
-        yield
-    finally:
-        torch.manual_seed = shifted
-
-
-@contextlib.contextmanager
-def shifted_seeds(offset: int):
-    """Every grader seed moved by `offset`: `seeded(n)` and `torch.manual_seed(n)`."""
-    checkmod.SEED_OFFSET = offset
-    if offset:
-        torch.manual_seed = lambda seed: REAL_MANUAL_SEED(int(seed) + offset)
-    try:
-        yield
-    finally:
-        checkmod.SEED_OFFSET = 0
-        torch.manual_seed = REAL_MANUAL_SEED
 
 
 def reply_subset(reply: dict) -> dict:

@@ -46,7 +46,9 @@ def test_the_zip_holds_the_scripts_the_hidden_tests_and_the_reference(exported):
             f"solutions/{CHAPTER}.py", "attnkit/__init__.py"} <= names
     assert not any(n.startswith(("tests/", "exercises/")) or "__pycache__" in n for n in names)
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
-    assert config == {"chapter": CHAPTER, "call_timeout": 5.0, "grader_version": grader_version(CHAPTER)}
+    assert config == {"chapter": CHAPTER, "call_timeout": 5.0, "grader_version": grader_version(CHAPTER),
+                      "visibility": {"result": "visible", "hidden_tests": "after_due_date", "public_checks": "visible"}}
+    assert "course_secret" not in names and "public_checks.pt" not in names  # only when asked for
     assert "torch==" in requirements and "pytest==" in requirements
     for script in ("setup.sh", "run_autograder"):
         with zipfile.ZipFile(exported) as zf:

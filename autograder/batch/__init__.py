@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 from autograder.harness.atomic import write_json
 from autograder.batch.io import (FINAL, Job, Report, failure_result, find_jobs, is_current, is_finished, locked,
                                  read_result, result_path, same_files_as_before, select_students, sha256_of, stamp,
+                                 student_id,
                                  whole, write_grades_csv, write_lms_csv)
 
 __all__ = ["FINAL", "Job", "Report", "Settings", "find_jobs", "plan", "record_alone", "run_batch",
@@ -62,6 +63,7 @@ class Settings:
     force: bool = False
     progress: bool = True
     worker: str = "autograder.batch.worker"  # the module each worker runs (`python -m WORKER FD`)
+    secret: bytes = b""  # the course secret: per-student hidden inputs (`autograder.harness.seeds`)
 
     def threads(self) -> int:
         """Torch threads per worker and per student process: the cores shared out."""
@@ -239,8 +241,8 @@ def progress_bar(settings: Settings, total: int, done: int):
                 disable=not settings.progress, dynamic_ncols=True, smoothing=0.1)
 
 
-def plan(jobs: list[Job], out: Path, force: bool = False,
-         chapter: str | None = None) -> tuple[Report, list[tuple[Job, str]]]:
+def plan(jobs: list[Job], out: Path, force: bool = False, chapter: str | None = None,
+         secret: bytes = b"") -> tuple[Report, list[tuple[Job, str]]]:
     """What is already done (in the report, as `skipped`) and what to grade: (job, sha256) pairs.
 
     A finished result is done when it is current (`is_current`): graded as the job's chapter (the
@@ -251,13 +253,21 @@ def plan(jobs: list[Job], out: Path, force: bool = False,
         sha, stored = sha256_of(job.path), read_result(out, job)
         report.results[job.name] = stored if stored and stored["extra_data"].get("sha256") == sha else None
         if not force and is_finished(stored, sha):
-            if is_current(stored, job.chapter or chapter, versions):
+            if is_current(stored, job.chapter or chapter, versions, expected_inputs(job, secret)):
                 report.skipped += 1
                 continue
             graded_as = stored["extra_data"].get("chapter") or "?"
             report.stale[graded_as] = report.stale.get(graded_as, 0) + 1
         todo.append((job, sha))
     return report, todo
+
+
+def expected_inputs(job: Job, secret: bytes) -> str | None:
+    """The `inputs_id` a current result of `job` records: its student's, under a course secret."""
+    if not secret:
+        return None
+    from autograder.harness.seeds import inputs_id, student_key
+    return inputs_id(student_key(secret, student_id(job)))
 
 
 def stale_message(report: Report) -> str:
@@ -267,7 +277,7 @@ def stale_message(report: Report) -> str:
     parts = ", ".join(f"{n} of {chapter}" for chapter, n in sorted(report.stale.items()))
     total = sum(report.stale.values())
     return (f"{total} result{'s' if total > 1 else ''} predate the graders ({parts}: graders, reference or "
-            f"harness changed since, or graded as another chapter): regrading {'them' if total > 1 else 'it'}")
+            f"harness changed since, graded as another chapter, or under another course secret): regrading {'them' if total > 1 else 'it'}")
 
 
 def record_alone(out: Path, job: Job, result: dict) -> Report:
@@ -289,7 +299,7 @@ def run_batch(jobs: list[Job], settings: Settings,
     """
     out = Path(settings.out)
     with locked(out), sigterm_as_interrupt():
-        report, todo = plan(jobs, out, settings.force, settings.chapter)
+        report, todo = plan(jobs, out, settings.force, settings.chapter, settings.secret)
         if report.stale:
             print(stale_message(report), file=sys.stderr)
         bar = progress_bar(settings, len(jobs), report.skipped)

@@ -83,6 +83,12 @@ def find_jobs(paths: list[str]) -> list[Job]:
     return [Job(n if counts[n] == 1 else f"{n}-{i}", f, s, f.stem) for i, (n, f, s) in enumerate(found)]
 
 
+def student_id(job: Job) -> str:
+    """The id a student's per-student inputs and the similarity report go by: the batch's student name
+    (the first folder under the class folder, or the file's stem). The one place to map it to an LMS id."""
+    return job.student
+
+
 def sha256_of(path: Path) -> str:
     """The file's sha256 ("" if it cannot be read: grading will say why)."""
     try:
@@ -113,9 +119,13 @@ def is_finished(result: dict | None, sha: str) -> bool:
     return extra.get("status") in FINAL and bool(sha) and extra.get("sha256") == sha
 
 
-def is_current(result: dict, chapter: str | None, versions: dict[str | None, str]) -> bool:
+def is_current(result: dict, chapter: str | None, versions: dict[str | None, str],
+               inputs: str | None = None) -> bool:
     """Whether a finished result stands: graded as `chapter` (when the batch knows it) by the graders,
-    reference and harness as they are now (`versions`: chapter -> grader version, filled as needed)."""
+    reference and harness as they are now (`versions`: chapter -> grader version, filled as needed), on
+    the same inputs (`inputs`: the student's `inputs_id` under a course secret, None for the shared ones)."""
+    if result["extra_data"].get("inputs_id") != inputs:
+        return False
     graded_as = result["extra_data"].get("chapter")
     if chapter and graded_as != chapter:
         return False
@@ -166,7 +176,7 @@ def write_lms_csv(path: Path, report: Report, columns: tuple[str, str] = ("stude
 def stamp(result: dict, job: Job, sha: str) -> dict:
     """Add the batch's bookkeeping to a result: which file, which student, when."""
     result.setdefault("extra_data", {}).update(
-        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha, path=str(job.path.resolve()),
+        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha, path=str(Path(job.path).resolve()),
         graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return result
 

@@ -457,6 +457,7 @@ def test_beam_n_best(student, ref):
 def test_beam_finished_leave(student, ref):
     """beam_search: are finished hypotheses never extended (no token after EOS)?"""
     logits = random_table(33, eos_shift=2.0)
+    logits[..., BOS] = -30.0  # never generated, so a hypothesis starting with BOS kept it (whatever the seed)
     logits[..., EOS, :] = -5.0
     logits[..., EOS, EOS] = 8.0   # after EOS, EOS again is very likely: a hypothesis left in the beam shows
     for k in (3, 4):

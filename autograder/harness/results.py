@@ -40,6 +40,15 @@ def results_json(chapter: str | None, tests: list[TestResult], output: str,
     }
 
 
+def set_visibility(result: dict, tests: str, top: str | None = None) -> dict:
+    """Set Gradescope's `visibility` of every test of `result` (and its top-level one, if given)."""
+    for test in result.get("tests", []):
+        test["visibility"] = tests
+    if top is not None:
+        result["visibility"] = top
+    return result
+
+
 def cell_errors_text(cells: list[dict]) -> str:
     """Feedback on the cells that raised while the notebook ran."""
     if not cells:

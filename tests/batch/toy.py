@@ -25,6 +25,8 @@ VARIANTS = {
     "segv": ("import torch", "import torch, ctypes\nctypes.string_at(0)"),  # crashes while loading
     "loop": ("return x * k", "while True:\n        pass"),  # one call times out: 3 of 4
     "sleepy": ("import torch", "import torch, time\ntime.sleep(60)"),  # outlives the submission timeout
+    "inputs": ("    return a + b", """    print("INPUTS", tuple(a.shape), round(float(a.sum()), 5))
+    return a + b"""),  # shows the inputs it was given (the per-student-inputs tests)
     "uid": ("    return a + b", """    import os
     uid = os.getuid()
     rows = [[int(x) for x in line.split()] for line in open('/proc/self/uid_map')]
