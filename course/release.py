@@ -320,7 +320,8 @@ def verify_checks(chapter: str, data: dict, ns: dict) -> list[str]:
 # ---------------------------------------------------------------- the release folder
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
-PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel")  # what exercises and attnkit import
+PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
+          "jupyterlab")  # what students open the notebooks with
 
 
 def requirements() -> str:
@@ -385,26 +386,40 @@ README = """# Attention: from seq2seq to Reformer - exercises
 The exercise notebooks of the open course "Attention: from seq2seq to
 Reformer", with the helper package they use (`attnkit`) and a public
 self-check for each chapter. The book itself, with every chapter's text and
-figures, is published separately.
+figures, is published separately; its page "Working through the exercises"
+also explains Colab and Binder.
 
 ## Set up
 
-    python -m venv .venv && . .venv/bin/activate
-    pip install -r requirements.txt   # pinned versions (a CPU build of torch is enough)
-    pip install -e .                  # attnkit and the checker
+With Python 3.11 (3.10 or newer), in this folder:
 
-On Colab, open a notebook from `exercises/`: its first cell installs what it
-needs.
+```bash
+python3 -m venv .venv
+. .venv/bin/activate
+pip install -r requirements.txt
+pip install -e .
+```
+
+`requirements.txt` pins the versions the course was tested with, JupyterLab
+included; a CPU build of torch is enough. On Colab, open a notebook from
+`exercises/`: its first cell installs what it needs.
 
 ## Work on an exercise
 
-Open `exercises/NN_name.ipynb`, read the chapter, and replace each
-`raise NotImplementedError()` with your code. Keep the names, the arguments
-and the return values the docstrings give: the checks call them.
+```bash
+jupyter lab exercises/02_attention.ipynb
+```
+
+Read the chapter, and replace each `raise NotImplementedError()` with your
+code. Keep the names, the arguments and the return values the docstrings
+give: the checks call them. (The classic notebook works too:
+`pip install notebook`, then `jupyter notebook`.)
 
 ## Check your work
 
-    python -m attnkit check exercises/02_attention.ipynb
+```bash
+python -m attnkit check exercises/02_attention.ipynb
+```
 
 runs your notebook as "Restart & Run All" would (cells tagged
 `skip-grading`, which train or draw, are skipped), in a sandbox
@@ -420,6 +435,13 @@ cases, other dtypes and shapes, gradients, the GPU. The public checks tell
 you whether the idea is right; they are not the grade.
 
 Chapters and their public checks: {chapters}.
+
+## Hand it in
+
+Hand in the notebook file itself (`exercises/02_attention.ipynb`), under its
+own name, the way your instructor says: Gradescope, your LMS, or nbgrader.
+Run "Restart Kernel and Run All Cells" and the check first: the grader runs
+the notebook from the top in a fresh process, as the check does.
 
 ## What is here
 

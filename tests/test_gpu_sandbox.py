@@ -1,4 +1,4 @@
-"""Grading on a GPU machine, checked on any machine (README: "Grading on a GPU").
+"""Grading on a GPU machine, checked on any machine (book/instructors/sandbox.md, "Grading on a GPU").
 
 The sandbox exposes the GPU's device nodes after bubblewrap makes /dev, bounds
 host memory with RLIMIT_DATA (which CUDA's start-up survives, unlike

@@ -1,4 +1,4 @@
-"""Hostile submissions, each proving one property of the sandbox (README: "The sandbox around student code").
+"""Hostile submissions, each proving one property of the sandbox (book/instructors/sandbox.md).
 
 Every test grades the toy chapter in tests/hostile/chapter (a solution and its
 hidden graders, 5 points in 3 tests) with one of the hostile cells of
