@@ -668,7 +668,8 @@ def decoded(ref, seed: int, eos_boost: float, method: str, src: torch.Tensor, ar
     """(state_dict, the reference's `method` output) of tiny_transformer(ref, seed, eos_boost): what a
     decoding test sends the student and expects back, computed once per grading process."""
     m = tiny_transformer(ref, seed, eos_boost)
-    fn = {"greedy_decode": ref.transformer_greedy_decode, "beam_search": ref.transformer_beam_search}[method]
+    fn = {"greedy_decode": ref.transformer_greedy_decode, "beam_search": ref.transformer_beam_search,
+          "beam_search_until_done": ref.beam_search_until_done}[method]
     return m.state_dict(), fn(m, src, *args, **kwargs)
 
 
@@ -805,3 +806,87 @@ def test_beam_search_max_len(student, ref):
     res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="beam_search",
                          args=(src, 1, 2, 3, 4), kwargs=options, grad=False)
     expect_close(res.value, want, "the result", rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def until_done_mistake(ref, m, src, beam_size, max_len, alpha, *, eos_any_rank=False, stop_at_first=False,
+                       raw_bound=False):
+    """beam_search_until_done with a known mistake: an EOS below the first beam_size finishes too, the
+    search stops at the first finished hypothesis (chapter 1's rule), or the bound leaves out
+    length_penalty(max_len)."""
+    src_mask = ref.padding_mask(src, m.pad_id)                                  # (1, 1, 1, S)
+    memory = m.encode(src, src_mask)                                            # (1, S, D)
+    live, logp, finished = [[1]], [0.0], []
+    for step in range(1, max_len + 1):
+        N = len(live)
+        logits = m.decode(torch.tensor(live), memory.expand(N, -1, -1), src_mask.expand(N, -1, -1, -1))
+        cand = torch.tensor(logp, dtype=torch.float64)[:, None] + logits[:, -1].double().log_softmax(-1)  # (N, V)
+        V = cand.shape[1]
+        top, idx = cand.flatten().topk(min(2 * beam_size, N * V))
+        prefixes, live, logp = live, [], []
+        for rank, (score, j) in enumerate(zip(top.tolist(), idx.tolist())):
+            hyp = prefixes[j // V] + [j % V]
+            if j % V == 2:
+                if rank < beam_size or eos_any_rank:
+                    finished.append((hyp[1:], score / ref.length_penalty(step, alpha)))
+            elif len(live) < beam_size:
+                live.append(hyp)
+                logp.append(score)
+        best = max((sc for _, sc in finished), default=-math.inf)
+        bound = 1.0 if raw_bound else ref.length_penalty(max_len, alpha)
+        if (stop_at_first and finished) or len(finished) >= beam_size or not (live and max(logp) / bound > best):
+            break
+    else:
+        finished += [(h[1:], sc / ref.length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
+    return max(finished, key=lambda r: r[1])
+
+
+def until_done(student, ref, seed: int, boost: float, src, beam_size: int, max_len: int, alpha: float, mistakes=()):
+    """The student's beam_search_until_done (through the given Transformer method) against the reference;
+    `mistakes` names the known mistakes to recognise."""
+    args = (src, 1, 2, beam_size, max_len, alpha)
+    weights, want = decoded(ref, seed, boost, "beam_search_until_done", src, args[1:], {})
+    res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="beam_search_until_done",
+                         args=args, grad=False)
+    names = {"eos_any_rank": "an EOS ranked below the first beam_size extensions finished a hypothesis "
+                             "(only an EOS among the beam_size best may finish)",
+             "stop_at_first": "the search stopped at the first finished hypothesis (chapter 1's rule), though "
+                              "a live one could still win",
+             "raw_bound": "the stopping bound compares the raw live log-prob, without length_penalty(max_len, alpha)"}
+    expect_close(res.value, want, f"the result with beam_size={beam_size}, max_len={max_len}, alpha={alpha}",
+                 rtol=1e-4, atol=1e-4, mistakes=lambda: {
+                     names[k]: until_done_mistake(ref, tiny_transformer(ref, seed, boost), src, beam_size, max_len,
+                                                  alpha, **{k: True}) for k in mistakes})
+
+
+UNTIL_DONE_HINT = ("Rank the best 2 * beam_size extensions by cumulative log-prob; an EOS among the first beam_size "
+                   "finishes (score log p / length_penalty(step, alpha)), the others fill the live beam up to "
+                   "beam_size." + DEPENDS)
+
+
+@graded("beam_search_until_done", points=2, hint=UNTIL_DONE_HINT)
+def test_beam_until_done(student, ref):
+    """beam_search_until_done: does it return the reference's best hypothesis and score (beams 2 to 4, alpha 0 to 1)?"""
+    src = torch.tensor([[4, 5, 6, 7]])
+    for beam, alpha in ((3, 0.6), (2, 0.0), (4, 1.0)):
+        until_done(student, ref, 79, 1.0, src, beam, 8, alpha, mistakes=("eos_any_rank", "stop_at_first", "raw_bound"))
+
+
+@graded("beam_search_until_done", points=1,
+        hint="Do not stop at the first finished hypothesis: stop once beam_size are finished, or when no live "
+             "log p / length_penalty(max_len, alpha) beats the best finished score." + DEPENDS)
+def test_beam_until_done_keeps_searching(student, ref):
+    """beam_search_until_done: does it keep searching after the first EOS while a live hypothesis can still win?"""
+    src = torch.tensor([[4, 5, 6, 7]])
+    for beam, alpha in ((3, 0.6), (4, 1.0)):
+        until_done(student, ref, 74, 2.0, src, beam, 8, alpha, mistakes=("stop_at_first",))
+
+
+@graded("beam_search_until_done", points=1,
+        hint="If it has not stopped after max_len steps, the live hypotheses count as finished, with score "
+             "log p / length_penalty(max_len, alpha)." + DEPENDS)
+def test_beam_until_done_max_len(student, ref):
+    """beam_search_until_done: when nothing emits EOS, is the best live hypothesis returned after max_len steps?"""
+    src = torch.tensor([[4, 5, 6, 7]])
+    for beam, alpha in ((3, 0.6), (2, 1.0)):
+        until_done(student, ref, 62, -10.0, src, beam, 4, alpha)
