@@ -264,9 +264,24 @@ def sample(student, logits, max_len, batch_size, temperature, seed, device=None)
                           args=(max_len, batch_size, temperature, seed)).value
 
 
+def sample_running_rows_only(ref, logits, max_len, batch_size, temperature, seed):
+    """The mistake: draw only for the rows still running, which shifts the generator's random stream."""
+    m, g = toy(ref, logits), torch.Generator().manual_seed(seed)
+    ys, done = torch.full((batch_size, 1), BOS), torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_len):
+        probs = (m.step_fn(ys) / temperature).softmax(-1)                       # (B, V)
+        nxt = torch.full((batch_size,), EOS)
+        nxt[~done] = torch.multinomial(probs[~done], 1, generator=g).squeeze(1)
+        ys, done = torch.cat([ys, nxt[:, None]], 1), done | (nxt == EOS)
+        if bool(done.all()):
+            break
+    return ys
+
+
 @graded("sample_decode", points=2,
-        hint="probs = softmax(log_probs / temperature); torch.multinomial(probs, 1, generator=generator) each step; "
-             "rows that emitted EOS keep EOS; stop when all rows have.")
+        hint="probs = softmax(log_probs / temperature); ONE torch.multinomial(probs, 1, generator=generator) per step "
+             "for all B rows, finished rows included (their draw is replaced by EOS): drawing only for the rows "
+             "still running shifts the random stream. Rows that emitted EOS keep EOS; stop when all rows have.")
 def test_sample_decode_matches_reference(student, ref):
     """sample_decode: with the same seed, are its samples the reference's, at temperatures 0.5, 1 and 2?"""
     logits = random_table(10, R=4, eos_shift=0.5)
@@ -277,6 +292,8 @@ def test_sample_decode_matches_reference(student, ref):
         expect_tokens(got, want, f"the samples at temperature {temperature}", mistakes={
             "the temperature multiplies the log-probs instead of dividing them": m.sample(7, 4, 1 / temperature, 3),
             "the temperature is ignored": m.sample(7, 4, 1.0, 3),
+            "a draw only for the rows still running (draw for all B rows at every step: the random stream is "
+            "graded)": sample_running_rows_only(ref, logits, 7, 4, temperature, 3),
         })
 
 
@@ -287,7 +304,8 @@ def test_sample_decode_temperature_zero(student, ref):
     expect_close(sample(student, logits, 6, 3, 0.0, 0), toy(ref, logits).greedy(6, 3), "the tokens at temperature 0")
 
 
-@graded("sample_decode", points=1, hint="After a row emits EOS it must keep emitting EOS; stop once every row has.")
+@graded("sample_decode", points=1, hint="After a row emits EOS it must keep emitting EOS; stop once every row has. "
+                                        "Draw for all B rows at every step, finished rows included.")
 def test_sample_decode_eos_padding(student, ref):
     """sample_decode: are finished rows padded with EOS, and does sampling stop when all rows are done?"""
     logits = random_table(12, R=5, eos_shift=2.0)
