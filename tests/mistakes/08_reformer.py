@@ -75,7 +75,7 @@ def chunked_lsh_attention(sq, sv, spos, chunk_len, causal=False):
     scores = scores.masked_fill(kpos[:, :, None, :] == qpos[..., None], -1e5)
     return (scores.softmax(-1) @ v).reshape(B, T, -1), scores.logsumexp(-1).reshape(B, T)
 ''', feedback="not unit-normalised"),
-    Mistake("chunked_lsh_attention", "weights exp(s - lse) in float32 (Hugging Face's Reformer)", '''
+    Mistake("lsh_attention", "chunked attention weights exp(s - lse) in float32 (Hugging Face's Reformer)", '''
 def chunked_lsh_attention(sq, sv, spos, chunk_len, causal=False):
     B, T, D = sq.shape
     Dv = sv.shape[-1]
