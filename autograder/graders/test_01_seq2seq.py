@@ -166,7 +166,7 @@ def test_sequence_log_prob_ignores_pads(student, ref):
 
 
 @graded("sequence_log_prob", points=1, hint="Keep the logits' dtype; never modify the inputs in place; "
-        "pad_id is an argument (here it is 5, not 0).")
+        "pad_id is an argument (here it is 5, not 0); keep it differentiable; a batch of one works too.")
 def test_sequence_log_prob_edges(student, ref):
     """sequence_log_prob: float64 kept, another pad_id, a batch of one, inputs unmodified, gradients right?"""
     logits, targets = lp_inputs(3, torch.float64)
@@ -240,7 +240,8 @@ def test_gru_lm_forward(student, ref):
     })
 
 
-@graded("GRULanguageModel", points=1, hint="The GRU must start from a zero state and read left to right only.")
+@graded("GRULanguageModel", points=1, hint="The GRU must start from a zero state and read left to right only; "
+        "gradients reach every parameter, and a batch of one works too.")
 def test_gru_lm_grads_and_batch_of_one(student, ref):
     """GRULanguageModel: are the parameter gradients right, and a batch of one the same as in a batch?"""
     m = ref_lm(ref, 2, V=9, emb=6, hid=10)
@@ -471,7 +472,8 @@ def test_beam_n_best(student, ref):
                             no_cumulative(ref, logits, k, 6, 3, norm)})
 
 
-@graded("beam_search", points=1, hint="Finished hypotheses (ending in EOS) leave the beam: never extend them.")
+@graded("beam_search", points=1, hint="Finished hypotheses (ending in EOS) leave the beam: never extend them. "
+                                       "Returned tokens exclude BOS.")
 def test_beam_finished_leave(student, ref):
     """beam_search: are finished hypotheses never extended (no token after EOS)?"""
     logits = random_table(33, eos_shift=2.0)

@@ -250,7 +250,8 @@ def test_padding_mask(student, ref):
 
 # ================================================================ heads
 @graded("split_heads", points=3,
-        hint="view as (B, T, H, d_k), then transpose(1, 2): head h takes features [h*d_k, (h+1)*d_k).")
+        hint="view as (B, T, H, d_k), then transpose(1, 2): head h takes features [h*d_k, (h+1)*d_k). "
+             "x may be non-contiguous: use reshape (or .contiguous() first), not view.")
 def test_split_heads(student, ref):
     """split_heads: does head h get features [h*d_k, (h+1)*d_k) of every position, as (B, H, T, d_k), even for a non-contiguous x?"""
     x = torch.randn(2, 5, 12, generator=seeded(11))
@@ -365,7 +366,8 @@ def test_pe_values(student, ref):
     })
 
 
-@graded("sinusoidal_positional_encoding", points=1, hint="Return float32, shape (max_len, d_model); position 0 is sin 0 = 0, cos 0 = 1.")
+@graded("sinusoidal_positional_encoding", points=1, hint="Return float32, shape (max_len, d_model); position 0 is sin 0 = 0, cos 0 = 1; "
+             "max_len = 1 and d_model = 2 work too.")
 def test_pe_small(student, ref):
     """sinusoidal_positional_encoding: is it right for max_len 1 and a small d_model?"""
     expect_close(student.sinusoidal_positional_encoding(1, 6), ref.sinusoidal_positional_encoding(1, 6),
@@ -869,7 +871,7 @@ def test_beam_until_done(student, ref):
     """beam_search_until_done: does it return the reference's best hypothesis and score (beams 2 to 4, alpha 0 to 1)?"""
     src = torch.tensor([[4, 5, 6, 7]])
     for beam, alpha in ((3, 0.6), (2, 0.0), (4, 1.0)):
-        until_done(student, ref, 79, 1.0, src, beam, 8, alpha, mistakes=("eos_any_rank", "stop_at_first", "raw_bound"))
+        until_done(student, ref, 61, 0.0, src, beam, 8, alpha, mistakes=("eos_any_rank", "stop_at_first", "raw_bound"))
 
 
 @graded("beam_search_until_done", points=1,
@@ -879,7 +881,7 @@ def test_beam_until_done_keeps_searching(student, ref):
     """beam_search_until_done: does it keep searching after the first EOS while a live hypothesis can still win?"""
     src = torch.tensor([[4, 5, 6, 7]])
     for beam, alpha in ((3, 0.6), (4, 1.0)):
-        until_done(student, ref, 74, 2.0, src, beam, 8, alpha, mistakes=("stop_at_first",))
+        until_done(student, ref, 61, 1.0, src, beam, 8, alpha, mistakes=("stop_at_first",))
 
 
 @graded("beam_search_until_done", points=1,

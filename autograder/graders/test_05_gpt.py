@@ -148,7 +148,8 @@ GPT_ARGS = (11, 16, 2, 32, 2, 24)  # vocab, d_model, n_heads, d_ff, n_layers, ma
 
 
 # ================================================================ input transformations
-@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list.")
+@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list "
+                                                    "(an empty text gives [start_id, extract_id]).")
 def test_classification_input(student, ref):
     """gpt_classification_input: is it [start] text [extract], with the input list unchanged?"""
     text = [5, 6, 7, 8]

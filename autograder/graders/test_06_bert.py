@@ -327,7 +327,8 @@ def test_mlm_mask_labels(student, ref):
     expect(bool(sel.any()), "no token was selected")
 
 
-@graded("mlm_mask", points=2, hint="Never select a position where special_mask is True ([CLS], [SEP], padding).")
+@graded("mlm_mask", points=2, hint="Never select a position where special_mask is True ([CLS], [SEP], padding); "
+                                    "with mlm_prob=1 every other position is selected.")
 def test_mlm_mask_specials(student, ref):
     """mlm_mask: are special tokens and padding never selected, even with mlm_prob=1?"""
     x, special = mlm_batch(11, 32, 30)
@@ -389,7 +390,8 @@ def test_mlm_mask_random_ids(student, ref):
     expect(len(rand.unique()) >= 198, "the random ids do not cover [0, vocab_size) uniformly")
 
 
-@graded("mlm_mask", points=1, hint="Keep dtype long and the same shape for any batch size.")
+@graded("mlm_mask", points=1, hint="Keep dtype long and the same shape for any batch size; with mlm_prob=0 "
+                                    "nothing is selected (inputs unchanged, labels all -100).")
 def test_mlm_mask_batch_of_one(student, ref):
     """mlm_mask: for a batch of one and mlm_prob=0, is nothing selected?"""
     x, special = mlm_batch(15, 1, 12)
@@ -651,7 +653,8 @@ def test_bpe_encode_sennrich(student, ref):
                                "merges applied in reverse order": bpe_encode_variant(word, merges, "reversed")})
 
 
-@graded("bpe_encode", points=2, hint="The pair of lowest rank goes first, wherever it is in the word.")
+@graded("bpe_encode", points=2, hint="The pair of lowest rank goes first, wherever it is in the word; "
+                                     "with no merges a word is its characters plus </w>.")
 def test_bpe_encode_order(student, ref):
     """bpe_encode: where the order of merges matters, is the lowest-rank pair merged first?"""
     merges = [("s", "t"), ("e", "s"), ("t", "</w>"), ("a", "a"), ("aa", "aa")]
@@ -762,7 +765,8 @@ def test_sentence_permutation_shuffle(student, ref):
     expect(0.35 < half < 0.65, "the shuffle is not uniform: the first half stays mostly in place")
 
 
-@graded("sentence_permutation", points=1, hint="A trailing piece without eos_id is a sentence too.")
+@graded("sentence_permutation", points=1, hint="A trailing piece without eos_id is a sentence too; one "
+                                                   "sentence stays as it is; an empty list gives an empty list.")
 def test_sentence_permutation_edges(student, ref):
     """sentence_permutation: are a trailing piece without eos, a single sentence and an empty list handled?"""
     toks = [5, 6, 0, 7, 0, 8, 9]
