@@ -324,7 +324,8 @@ plt.show()
 
 # %% nbgrader={"grade": false, "grade_id": "split_heads", "locked": false, "schema_version": 3, "solution": true}
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """x (B, T, D) -> (B, H, T, D/H); head h takes features [h*d_k, (h+1)*d_k)."""
+    """x (B, T, D), possibly non-contiguous -> (B, H, T, D/H); head h takes features
+    [h*d_k, (h+1)*d_k)."""
     ### BEGIN SOLUTION
     B, T, D = x.shape
     d_k = D // n_heads

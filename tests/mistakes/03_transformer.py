@@ -66,6 +66,11 @@ def padding_mask(tokens, pad_id):
     return tokens != pad_id
 ''', feedback="should have shape (3, 1, 1, 4)"),
     # ------------------------------------------------------------ heads
+    Mistake("split_heads", "view, which fails on a non-contiguous x", '''
+def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+''', feedback="non-contiguous"),
     Mistake("split_heads", "heads split without a transpose", '''
 def split_heads(x, n_heads):
     B, T, D = x.shape
@@ -378,5 +383,5 @@ def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, 
     else:
         finished += [(h[1:], sc / length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
     return max(finished, key=lambda r: r[1])
-''', feedback="without length_penalty(max_len"),
+'''),
 ]

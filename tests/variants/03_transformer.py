@@ -15,10 +15,9 @@ def sinusoidal_positional_encoding(max_len, d_model):
 def causal_mask(T, device=None):
     return torch.triu(torch.ones(T, T, device=device), diagonal=1) == 0
 '''),
-    Variant("split_heads", "the Annotated Transformer (view, transpose)", '''
+    Variant("split_heads", "the features cut into heads and stacked (chunk, stack)", '''
 def split_heads(x, n_heads):
-    B, T, D = x.shape
-    return x.view(B, -1, n_heads, D // n_heads).transpose(1, 2)
+    return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
 '''),
     Variant("merge_heads", "the Annotated Transformer (transpose, contiguous, view)", '''
 def merge_heads(x):
