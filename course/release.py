@@ -19,8 +19,8 @@ on the same requests name known mistakes. Public checks are a subset of
 grading: the release is refused if one fails a known-correct implementation,
 which the hidden graders give full marks (the reference, the alternative
 solution in tests/alternatives/, the variants in other styles in
-tests/variants/). All of it is saved with `torch.save` as plain tensors, numbers and strings, and read
-back with `torch.load(weights_only=True)`.
+tests/variants/). All of it is saved with `torch.save` as plain tensors,
+numbers and strings, and read back with `torch.load(weights_only=True)`.
 """
 from __future__ import annotations
 
