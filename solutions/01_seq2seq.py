@@ -396,6 +396,8 @@ def sample_decode(step_fn: StepFn, bos_id: int, eos_id: int, max_len: int, tempe
 
     Each step: probs = softmax(step_fn(prefixes) / temperature),
     next = torch.multinomial(probs, 1, generator=generator); temperature == 0 takes the argmax.
+    That one call draws for all B rows at every step, finished rows included (their draw is then
+    replaced by eos_id): the generator's random stream, and so the samples, are graded.
     Rows that emitted eos_id are padded with eos_id; stop early once every row has emitted it.
     The output lives on the log-probs' device.
     """

@@ -324,7 +324,8 @@ plt.show()
 
 # %% nbgrader={"grade": false, "grade_id": "split_heads", "locked": false, "schema_version": 3, "solution": true}
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """x (B, T, D) -> (B, H, T, D/H); head h takes features [h*d_k, (h+1)*d_k)."""
+    """x (B, T, D), possibly non-contiguous -> (B, H, T, D/H); head h takes features
+    [h*d_k, (h+1)*d_k)."""
     ### BEGIN SOLUTION
     B, T, D = x.shape
     d_k = D // n_heads
@@ -976,6 +977,11 @@ class Transformer(nn.Module):
         return transformer_beam_search(self, src, bos_id, eos_id, beam_size, max_len, n_best,
                                        length_norm)
 
+    def beam_search_until_done(self, src: torch.Tensor, bos_id: int, eos_id: int,
+                               beam_size: int = 4, max_len: int = 12,
+                               alpha: float = 0.6) -> tuple[list[int], float]:
+        return beam_search_until_done(self, src, bos_id, eos_id, beam_size, max_len, alpha)
+
 
 # %%
 torch.manual_seed(0)
@@ -1201,8 +1207,8 @@ print([(tokens, round(score, 3)) for tokens, score in best])
 #    normalisation (lengths 1 and 10 differ by a factor 2.5, not 10). The
 #    Transformer paper decodes with beam 4 and $\alpha = 0.6$.
 #
-# This version is given, not graded (its own name; the contract's
-# `beam_search` stopping rule belongs to chapter 1):
+# Write this version too, under its own name (the contract's `beam_search`
+# stopping rule belongs to chapter 1); `length_penalty` is given:
 
 # %%
 def length_penalty(length: int, alpha: float) -> float:
@@ -1210,18 +1216,25 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5 + length) / 6) ** alpha
 
 
+# %% nbgrader={"grade": false, "grade_id": "beam_search_until_done", "locked": false, "schema_version": 3, "solution": true}
 @torch.no_grad()
 def beam_search_until_done(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int,
                            beam_size: int = 4, max_len: int = 12,
                            alpha: float = 0.6) -> tuple[list[int], float]:
     """Beam search over one source src (1, S) with a full beam and a length penalty.
 
-    Each step ranks the best 2 * beam_size extensions: those ending in EOS among the first
-    beam_size are finished (score log p / lp(len, alpha)), the best beam_size others stay
-    live. Stops when no live hypothesis can beat the best finished one, when beam_size are
-    finished (a speed shortcut), or after max_len steps.
-    Returns the best (tokens without BOS, EOS included if emitted; score).
+    Live hypotheses start as [BOS] with log-prob 0. Each step (step = 1, 2, ..., max_len) ranks
+    the best 2 * beam_size one-token extensions of the live ones by cumulative log-prob. Going
+    down that ranking: an extension ending in EOS is finished, with score
+    log p / length_penalty(step, alpha), if its rank is among the first beam_size, and dropped
+    otherwise; the others stay live until beam_size are live (the rest are dropped). After the
+    step, stop if beam_size hypotheses are finished in all (a speed shortcut) or if no live one
+    can beat the best finished score: live log p / length_penalty(max_len, alpha) <= that score
+    for every live one (or none is live). If it has not stopped after max_len steps, the live
+    hypotheses count as finished, with score log p / length_penalty(max_len, alpha).
+    Returns the best finished (tokens without BOS, EOS included if emitted; score).
     """
+    ### BEGIN SOLUTION
     src_mask = padding_mask(src, model.pad_id)                                 # (1, 1, 1, S)
     memory = model.encode(src, src_mask)                                       # (1, S, D)
     live, logp = [[bos_id]], [0.0]
@@ -1251,8 +1264,10 @@ def beam_search_until_done(model: Transformer, src: torch.Tensor, bos_id: int, e
     else:  # max_len steps done: the live hypotheses count as finished
         finished += [(h[1:], sc / length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
     return max(finished, key=lambda r: r[1])
+    ### END SOLUTION
 
 
+# %%
 tokens, score = beam_search_until_done(model, src[:1], bos_id=1, eos_id=2, beam_size=3, max_len=4)
 print(tokens, round(score, 3))  # [7, 10, 7, 10] -5.257  (no <eos> in 4 steps: the best live one)
 

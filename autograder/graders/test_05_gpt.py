@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+from autograder.harness.check import (expect, expect_close, expect_raises, expect_unmodified, graded, needs_cuda,
                                       reference_cache, seeded)
 
 N_DRAWS = 40000
@@ -148,7 +148,8 @@ GPT_ARGS = (11, 16, 2, 32, 2, 24)  # vocab, d_model, n_heads, d_ff, n_layers, ma
 
 
 # ================================================================ input transformations
-@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list.")
+@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list "
+                                                    "(an empty text gives [start_id, extract_id]).")
 def test_classification_input(student, ref):
     """gpt_classification_input: is it [start] text [extract], with the input list unchanged?"""
     text = [5, 6, 7, 8]
@@ -221,8 +222,27 @@ def test_filter_top_k(student, ref):
         "removed entries set to 0 instead of -inf": want.masked_fill(want == float("-inf"), 0.0),
     })
     expect_unmodified((logits,), call.inputs[:1], "filter_logits")
-    expect_close(student.filter_logits(logits), logits, "filter_logits(logits) with no filter")
-    expect_close(student.filter_logits(logits, top_k=10), logits, "filter_logits(logits, top_k=V)")
+
+
+@graded("filter_logits", points=1,
+        hint="None, top_k >= V and top_p >= 1 keep every logit: skip top-p when top_p >= 1, even where the "
+             "cumulative probability rounds to 1 before the last tokens.")
+def test_filter_keeps_all(student, ref):
+    """filter_logits: do no filter, top_k >= V and top_p >= 1 keep every logit?"""
+    logits = torch.randn(4, 10, generator=seeded(5)) * 2
+    logits[0] = torch.tensor([12.0, -9.0, -10.0, -11.0, -12.0, -13.0, -14.0, -15.0, -16.0, -17.0])  # p0 = 1.0 in float32
+    for kwargs in ({}, {"top_k": 10}, {"top_k": 15}, {"top_p": 1.0}, {"top_p": 1.5}, {"top_k": 10, "top_p": 1.0}):
+        what = f"filter_logits(logits{''.join(f', {k}={v}' for k, v in kwargs.items())})"
+        expect_close(student.filter_logits(logits, **kwargs), logits, what + ", which should keep every logit")
+
+
+@graded("filter_logits", points=1, hint="top_k must be >= 1 (or None, no top-k): raise ValueError for top_k = 0 "
+                                        "or below, as the docstring says.")
+def test_filter_top_k_below_one_raises(student, ref):
+    """filter_logits: does top_k = 0 (or -1) raise ValueError?"""
+    logits = torch.randn(2, 6, generator=seeded(6))
+    for k in (0, -1):
+        expect_raises(lambda: student.filter_logits(logits, top_k=k), "ValueError", f"filter_logits(logits, top_k={k})")
 
 
 @graded("filter_logits", points=1,

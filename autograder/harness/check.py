@@ -103,6 +103,18 @@ def expect(condition: bool, message: str) -> None:
         raise GradingFailure(message)
 
 
+def expect_raises(call: Callable[[], Any], error: str, what: str) -> None:
+    """Fail unless `call()` (a call of the student's code) raises the exception class named `error`
+    (`"ValueError"`); another error of the student's fails the test with its own message."""
+    try:
+        call()
+    except GradingFailure as exc:
+        if f" raised {error}:" in str(exc).split("\n")[0]:
+            return
+        raise
+    raise GradingFailure(f"{what} should raise {error}; it returned without an error")
+
+
 def expect_unmodified(before: Any, after: Any, function: str) -> None:
     """Fail if the student's function changed its inputs in place."""
     if isinstance(before, torch.Tensor):

@@ -283,7 +283,7 @@ def do_module(ns: dict, req: dict) -> dict:
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{req['name']}(...) should build a torch.nn.Module, got {type(module).__name__}")
     if req.get("state_dict") is not None:
-        module.load_state_dict(req["state_dict"], strict=True)
+        load_weights(module, req["state_dict"])
     module.to(device or "cpu").train(bool(req.get("train", False)))
     args = to_device(build_arg(req.get("args", ())), device)
     kwargs = to_device(build_arg(req.get("kwargs", {})), device)
@@ -298,7 +298,25 @@ def do_module(ns: dict, req: dict) -> dict:
     devices: list = []
     return {"value": plain(value, devices), "devices": devices, "attrs": attrs,
             "param_grads": plain(param_grads),
-            "state_keys": sorted(module.state_dict().keys())}
+            "state_keys": sorted(module.state_dict().keys()),
+            "param_keys": sorted(name for name, _ in module.named_parameters())}
+
+
+def load_weights(module: torch.nn.Module, state_dict: dict) -> None:
+    """The graders' one rule for loading the reference's weights (docs/AUTHORING.md): strict on
+    parameters, non-strict on buffers. `state_dict` holds the reference's parameters (its modules keep no
+    persistent buffers); each must fit a parameter of the module of the same name and shape, and each
+    parameter of the module must get one. A buffer the module registers itself (`position_ids`) keeps
+    its own value."""
+    missing, unexpected = module.load_state_dict(state_dict, strict=False)
+    params = {name for name, _ in module.named_parameters()}
+    missing = [k for k in missing if k in params]
+    if missing or unexpected:
+        raise RuntimeError("the reference's weights do not fit this module (parameters must have the names "
+                           "the docstring gives): "
+                           + "; ".join(filter(None, [
+                               missing and f"no reference weight for the parameters {', '.join(missing[:8])}",
+                               unexpected and f"no parameter for the reference weights {', '.join(unexpected[:8])}"])))
 
 
 class Missing(Exception):

@@ -30,6 +30,22 @@ def gpt_multiple_choice_inputs(context, answers, start_id, delim_id, extract_id)
     return [gpt_entailment_input(context, [t for a in answers for t in a], start_id, delim_id, extract_id)]
 ''', feedback="all answers in one sequence"),
     # ------------------------------------------------------------ filter_logits
+    Mistake("filter_logits", "top_k = 0 keeps everything (no ValueError)", '''
+_filter_ok = filter_logits
+def filter_logits(logits, top_k=None, top_p=None):
+    return _filter_ok(logits, None if top_k is not None and top_k < 1 else top_k, top_p)
+''', feedback="should raise ValueError"),
+    Mistake("filter_logits", "top-p applied at top_p >= 1 too", '''
+_filter_ok = filter_logits
+def filter_logits(logits, top_k=None, top_p=None):
+    out = _filter_ok(logits, top_k, None)
+    if top_p is not None:
+        probs, order = out.softmax(-1).sort(-1, descending=True, stable=True)
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop_sorted[..., 0] = False
+        out = out.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return out
+''', feedback="which should keep every logit"),
     Mistake("filter_logits", "top-p drops the token which crosses the threshold", '''
 _filter_ok = filter_logits
 def filter_logits(logits, top_k=None, top_p=None):
