@@ -764,13 +764,26 @@ def test_transformer_ignores_padding(student, ref):
 # student's own Transformer loaded with reference weights: the hints say that Transformer must work first.
 DEPENDS = " (These tests run your function on your own Transformer with reference weights: make Transformer pass first.)"
 
+def repeats_one_token(tokens: torch.Tensor, eos: int = 2) -> bool:
+    """Whether every row of a greedy decoding repeats one token until its EOS (or is empty)."""
+    for row in tokens[:, 1:].tolist():
+        body = row[:row.index(eos)] if eos in row else row
+        if len(set(body)) > 1:
+            return False
+    return True
+
+
 @graded("transformer_greedy_decode", points=2,
         hint="Encode once; then repeatedly decode the prefix, append the argmax of the LAST position's logits; "
              "rows that emitted EOS keep emitting EOS; stop once every row has." + DEPENDS)
 def test_greedy_decode(student, ref):
     """transformer_greedy_decode: does it produce the reference translations (EOS padding, early stop)?"""
     src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 4, 0, 0], [7, 7, 0, 0, 0], [5, 6, 7, 8, 9]])
-    weights, want = decoded(ref, 64, 2.0, "greedy_decode", src, (1, 2, 8), {})  # rows end after 3, 3, never, 8
+    # seed 64: rows end after 3, 3, never, 8. With other seeds (per-student inputs) the first whose
+    # translations are not one token repeated, so that the argmax of the first position shows.
+    case = next(c for seed in range(64, 64 + 50_000, 1000)
+                if not repeats_one_token((c := decoded(ref, seed, 2.0, "greedy_decode", src, (1, 2, 8), {}))[1]))
+    weights, want = case
     res = student.module("Transformer", init_args=T_ARGS, state_dict=weights, method="greedy_decode",
                          args=(src, 1, 2, 8), grad=False)
     expect_close(res.value, want, "the decoded tokens")
