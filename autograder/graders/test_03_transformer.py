@@ -262,8 +262,9 @@ def test_split_heads(student, ref):
     })
 
 
-@graded("split_heads", points=1, hint="x may be non-contiguous (the docstring says so): use reshape (or "
-                                      ".contiguous() first), not view, and do not write into x.")
+@graded("split_heads", points=1, hint="x may be non-contiguous (the docstring says so; here a permuted tensor): "
+                                      "go through its shape (reshape or view, transpose), never its memory layout "
+                                      "(as_strided, storage), and do not write into x.")
 def test_split_heads_non_contiguous(student, ref):
     """split_heads: does it work on a non-contiguous x, leaving x unchanged?"""
     x_nc = torch.randn(12, 5, 2, generator=seeded(12)).permute(2, 1, 0)  # (2, 5, 12), non-contiguous

@@ -40,7 +40,7 @@ _filter_ok = filter_logits
 def filter_logits(logits, top_k=None, top_p=None):
     out = _filter_ok(logits, top_k, None)
     if top_p is not None:
-        probs, order = out.softmax(-1).sort(-1, descending=True, stable=True)
+        probs, order = out.softmax(-1).sort(dim=-1, descending=True, stable=True)
         drop_sorted = probs.cumsum(-1) - probs >= top_p
         drop_sorted[..., 0] = False
         out = out.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))

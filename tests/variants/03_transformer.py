@@ -19,6 +19,11 @@ def causal_mask(T, device=None):
 def split_heads(x, n_heads):
     return torch.stack(x.chunk(n_heads, dim=-1), dim=1)
 '''),
+    Variant("split_heads", "the Annotated Transformer (view, transpose)", '''
+def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.view(B, -1, n_heads, D // n_heads).transpose(1, 2)
+'''),
     Variant("merge_heads", "the Annotated Transformer (transpose, contiguous, view)", '''
 def merge_heads(x):
     B, H, T, d_k = x.shape
