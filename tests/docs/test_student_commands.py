@@ -9,7 +9,7 @@ How (tests/doc_commands.py has the extraction rule and the session script):
 - the page's commands run in order in one bash session (`set -e`), from an empty folder, with an
   environment of the machine's own (PATH without this repository or its .venv, no PYTHONPATH, a new
   HOME; pip keeps its index, its cache and its options such as find-links); `python3` is the
-  interpreter the course's .venv was made from;
+  machine's own, as a student's would be;
 - `jupyter lab NB` is run until it serves NB and its kernel runs `import torch, attnkit`, then
   stopped (tests/docs/serve_check.py);
 - before each `python -m attnkit check NB`, NB is replaced by the solved notebook (the student's work:
@@ -43,17 +43,14 @@ URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"].rs
 
 def student_env(tmp: Path, remote: Path) -> dict:
     """The machine's environment without this repository: see the module docstring."""
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))
     repo = str(ROOT.resolve())
     keep = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
             if p and not os.path.realpath(p).startswith(repo) and not p.startswith(sys.prefix)]
     env = {k: v for k, v in os.environ.items()
-           if k.startswith(("PIP_", "LANG", "LC_", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+           if k.startswith(("PIP_", "PYENV", "LANG", "LC_", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY",
                             "no_proxy", "NO_PROXY", "SSL_CERT", "REQUESTS_CA_BUNDLE", "TMPDIR"))}
     cache = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
-    env.update(PATH=os.pathsep.join([str(bin_dir), *keep]), HOME=str(tmp / "home"), PIP_CACHE_DIR=cache,
+    env.update(PATH=os.pathsep.join(keep), HOME=str(tmp / "home"), PIP_CACHE_DIR=cache,
                GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{remote}.insteadOf", GIT_CONFIG_VALUE_0=URL,
                GIT_TERMINAL_PROMPT="0", DOC_PY=sys.executable, DOC_SERVE=str(SERVE),
                DOC_SOLVED=str(tmp / "solved"), DOC_COLAB=str(tmp / "colab"))
