@@ -706,3 +706,89 @@ def test_generate_edges(student, ref):
         res = student.module("GPT", init_args=GPT_ARGS, state_dict=m.state_dict(), method="generate",
                              args=(prompt, n), kwargs={"temperature": 0.0, "use_cache": True})
         expect_close(res.value, ref.generate(m, prompt, n, temperature=0.0), f"generate with max_new_tokens={n}")
+
+
+# ---------------------------------------------------------------- prefix matching (induction heads)
+def causal_weights(B: int, H: int, T: int, g: torch.Generator) -> torch.Tensor:
+    """Random causal attention weights (B, H, T, T), rows summing to 1."""
+    scores = torch.randn(B, H, T, T, generator=g)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def prefix_variant(attn: torch.Tensor, tokens: torch.Tensor, shift: int = 1, strict: bool = True,
+                   last_only: bool = False, pool: str = "all") -> torch.Tensor:
+    """prefix_matching_score and its known-wrong variants (trusted side only)."""
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]                                   # [i, j]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1 if strict else 0)
+    if last_only:                                                       # only the latest j
+        idx = torch.arange(T)
+        last = torch.where(earlier, idx, -1).max(-1).values                            # (B, T)
+        earlier = (idx[None, None, :] == last[:, :, None]) & (last[:, :, None] >= 0)
+    target = torch.zeros_like(earlier)
+    if shift >= 0:
+        target[:, :, shift:] = earlier[:, :, :T - shift]
+    repeats = earlier.any(-1) if pool != "every" else torch.ones(B, T, dtype=torch.bool)
+    mass = (attn * target[:, None]).sum(-1) * repeats[:, None]                          # (B, H, T)
+    if pool == "per_sequence":
+        return (mass.sum(2) / repeats.sum(1, keepdim=True).clamp(min=1)).mean(0)
+    return mass.sum((0, 2)) / repeats.sum().clamp(min=1)
+
+
+@graded("prefix_matching_score", points=2,
+        hint="For query i, find the earlier positions j < i with the same token and sum the attention "
+             "from i to j + 1 (the token AFTER the earlier occurrence); average over the positions that "
+             "repeat, pooled over the batch.")
+def test_prefix_matching_matches_reference(student, ref):
+    """prefix_matching_score: does it match the reference on random causal weights and tokens with repeats?"""
+    g = seeded(70)
+    attn = causal_weights(3, 4, 14, g)
+    tokens = torch.randint(0, 5, (3, 14), generator=g)
+    call = student.call("prefix_matching_score", args=(attn, tokens))
+    want = ref.prefix_matching_score(attn, tokens)
+    expect_close(call.value, want, "the scores", mistakes={
+        "attends to the earlier occurrence itself (j), not the token after it (j + 1)":
+            prefix_variant(attn, tokens, shift=0),
+        "the token two after the earlier occurrence (j + 2), not j + 1": prefix_variant(attn, tokens, shift=2),
+        "only the latest earlier occurrence counted": prefix_variant(attn, tokens, last_only=True),
+        "averaged over every position, not only the repeating ones (or a position counted as its own "
+        "earlier occurrence, j <= i)": prefix_variant(attn, tokens, pool="every"),
+        "the mean of per-sequence means, not one mean over all repeating positions":
+            prefix_variant(attn, tokens, pool="per_sequence"),
+    })
+    expect_unmodified(attn, call.inputs[0], "prefix_matching_score")
+    expect_unmodified(tokens, call.inputs[1], "prefix_matching_score")
+
+
+@graded("prefix_matching_score", points=1,
+        hint="A head that always attends to the token right after the earlier occurrence scores 1; one "
+             "that attends to the occurrence itself scores 0.")
+def test_prefix_matching_known_heads(student, ref):
+    """prefix_matching_score: does an ideal induction head score 1 and a duplicate-token head 0?"""
+    g = seeded(71)
+    half = torch.randperm(7, generator=g)[:6]
+    tokens = torch.cat([half, half])[None]                               # (1, 12): repeated once
+    T = 12
+    attn = torch.zeros(1, 3, T, T)
+    attn[0, :, torch.arange(T), torch.arange(T)] = 1.0                   # default: attend to self
+    for i in range(6, T):
+        attn[0, 0, i] = 0
+        attn[0, 0, i, i - 5] = 1.0                                       # induction: after the earlier copy
+        attn[0, 1, i] = 0
+        attn[0, 1, i, i - 6] = 1.0                                       # duplicate token: the copy itself
+    got = student.prefix_matching_score(attn, tokens)
+    expect_close(got, torch.tensor([1.0, 0.0, 0.0]), "the scores of an induction head, a duplicate-token "
+                 "head and a head that attends to itself", mistakes={
+                     "attends to the earlier occurrence itself (j), not the token after it (j + 1)":
+                         torch.tensor([0.0, 1.0, 0.0])})
+
+
+@graded("prefix_matching_score", points=1,
+        hint="Sequences with no repeated token give 0 for every head, not NaN.")
+def test_prefix_matching_no_repeats(student, ref):
+    """prefix_matching_score: with no repeated token, is every head's score 0 (not NaN)?"""
+    attn = causal_weights(2, 3, 6, seeded(72))
+    tokens = torch.arange(12).reshape(2, 6)
+    got = student.prefix_matching_score(attn, tokens)
+    expect_close(got, torch.zeros(3), "the scores when no token repeats")

@@ -276,4 +276,56 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=N
         tokens = torch.cat([tokens, nxt[:, None]], 1)
     return tokens
 '''),
+    # ------------------------------------------------------------ prefix matching
+    Mistake("prefix_matching_score", "the earlier occurrence itself, not the token after it", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    repeats = earlier.any(-1)
+    mass = (attn * earlier[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="not the token after it"),
+    Mistake("prefix_matching_score", "off by one: two after the earlier occurrence", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 2:] = earlier[:, :, :-2]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="j + 2"),
+    Mistake("prefix_matching_score", "a position is its own earlier occurrence", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(0)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="its own earlier occurrence"),
+    Mistake("prefix_matching_score", "mean over every position", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    return (attn * after[:, None]).sum(-1).mean((0, 2))
+''', feedback="every position"),
+    Mistake("prefix_matching_score", "NaN when nothing repeats", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum()
+'''),
 ]
