@@ -28,7 +28,10 @@
 # BERT {cite}`devlin2019` is a Transformer encoder (chapter 3) trained as a
 # **masked language model**: hide some of the input words and ask the model
 # to predict only those. (The BERT paper contrasts this with denoising
-# autoencoders, which reconstruct the whole input; BART, below, is one.)
+# autoencoders, which reconstruct the whole input; BART, below, is one.
+# Later work, XLNet among it, and many lectures still call BERT a denoising
+# *autoencoding* model, in contrast with *autoregressive* ones such as GPT:
+# it rebuilds a corrupted input, though only at the corrupted positions.)
 # Because the model is asked to fill in a hidden word rather than the
 # next one, every layer can attend to every position, left and right. It is
 # pre-trained once on unlabelled text with two tasks, **masked language
@@ -111,17 +114,19 @@ _ = torch.manual_seed(0)
 # every position; the 10% unchanged tokens make a real token a possible
 # target, so its representation must say which word it is, biased towards
 # the observed one. Only 15% × 10% = 1.5% of all tokens are random, which
-# does not hurt the model's grasp of language {cite}`devlin2019`. The
+# "does not seem to harm the model's language understanding capability"
+# {cite}`devlin2019`. The
 # experiment below compares only 80/10/10 with 100/0/0 (every selected token
 # `[MASK]`), so it measures the joint effect of the random and unchanged
 # tokens; two more splits, measured once, are quoted with it.
 #
 # The BERT paper's ablation (its Table 8: BERT-base, CoNLL-2003 NER dev F1
-# with frozen features) found the differences small: 94.9 for 80/10/10,
-# 94.0 for 100/0/0, 94.7 for 80/20/0 (`[MASK]`, unchanged, random) and 94.6
-# for 80/0/20. The paper notes that the mismatch matters most for feature
-# extraction, which never sees `[MASK]`; with fine-tuning the spread was
-# smaller.
+# with frozen features, the concatenation of the last four layers) found
+# the differences small: 94.9 for 80/10/10, 94.0 for 100/0/0, 94.7 for
+# 80/20/0 (`[MASK]`, unchanged, random) and 94.6 for 80/0/20. Neither use
+# sees `[MASK]`, but the paper expected the mismatch to matter more for
+# feature extraction, "as the model will not have the chance to adjust the
+# representations"; with fine-tuning the spread was indeed smaller.
 #
 # We implement the rule as one draw per token: a token is selected if
 # $u_1 < 0.15$, and a selected token becomes `[MASK]` if $u_2 < 0.8$, a random
@@ -138,12 +143,14 @@ _ = torch.manual_seed(0)
 #
 # Question answering and inference are about the relation between two
 # texts, which a language model does not model directly. NSP adds a binary
-# task: given `[CLS] A [SEP] B [SEP]`, is B the sentence that followed A in
-# its document? Training pairs take, for every sentence A of a document, the
-# true next sentence with probability 50% (`IsNext`) and otherwise a random
-# sentence of another document (`NotNext`). A linear layer on the final
-# `[CLS]` state predicts the label; the pre-training loss is the sum of the
-# MLM and NSP losses.
+# task: given `[CLS] A [SEP] B [SEP]`, is B the text that followed A in
+# its document? For a segment A, B is the text that truly follows it with
+# probability 50% (`IsNext`) and otherwise a random sentence of the corpus
+# (`NotNext`). (BERT's code builds A and B from chunks of several sentences
+# and draws the random B from another document; our `nsp_pairs` below pairs
+# single sentences.) The final `[CLS]` state goes through the *pooler*, a
+# linear layer and a tanh, and a linear layer on the pooled vector predicts
+# the label; the pre-training loss is the sum of the MLM and NSP losses.
 #
 # ### Fine-tuning: four shapes of task
 #
@@ -152,8 +159,8 @@ _ = torch.manual_seed(0)
 #
 # | task | input | head |
 # |---|---|---|
-# | sentence-pair classification (MNLI, QQP) | `[CLS] A [SEP] B [SEP]` | linear on the `[CLS]` state → classes |
-# | single-sentence classification (SST-2, CoLA) | `[CLS] A [SEP]` | linear on the `[CLS]` state → classes |
+# | sentence-pair classification (MNLI, QQP) | `[CLS] A [SEP] B [SEP]` | linear on the pooled `[CLS]` state → classes |
+# | single-sentence classification (SST-2, CoLA) | `[CLS] A [SEP]` | linear on the pooled `[CLS]` state → classes |
 # | span question answering (SQuAD) | `[CLS] question [SEP] paragraph [SEP]` | two vectors $S, E$: start logits $S \cdot h_t$, end logits $E \cdot h_t$ over the paragraph |
 # | token tagging (NER) | `[CLS] A [SEP]` | linear on every token's state → tags |
 #
@@ -174,8 +181,12 @@ _ = torch.manual_seed(0)
 # | weighted sum of the last four | 95.9 |
 # | concat of the last four | 96.1 |
 #
-# The sums in the paper are weighted (the weights learned with the tagger,
-# as in ELMo); our `combine_layers` takes plain sums.
+# The sums in the paper are weighted ("Weighted Sum"; the paper does not say
+# how the weights were chosen, presumably learned with the tagger as in
+# ELMo); our `combine_layers` takes plain sums. The paper fed the tagger the
+# features of each token with as much document context as the model takes,
+# and tagged each word at its first sub-token (a word that WordPiece
+# splits has several).
 #
 # Fine-tuning the whole model reached 96.4, so the best frozen features are
 # only 0.3 F1 behind.
@@ -185,22 +196,32 @@ _ = torch.manual_seed(0)
 # A word-level vocabulary is either huge or full of `[UNK]`. Characters
 # have no out-of-vocabulary problem but make sequences long. Subword units
 # sit between: frequent words are one unit, rare words split into pieces,
-# and every word can be spelled out from pieces (down to single characters),
-# so there is no OOV word and the vocabulary has a chosen size (30,000
-# WordPieces in BERT, 50,000 byte-level BPE units in RoBERTa and BART).
+# and a word can be spelled out from pieces down to single characters. So
+# the vocabulary has a chosen size (30,000 WordPieces in BERT, 50,000
+# byte-level BPE units in RoBERTa and BART) and an unknown word is rare:
+# only a word with a character outside the vocabulary is left over, and
+# BERT's tokenizer turns it into `[UNK]`, as our `wordpiece_tokenize` does
+# below. **Byte-level** BPE (GPT-2, RoBERTa, BART) removes even that case:
+# it works on the bytes of the UTF-8 text, whose 256 values are all in its
+# base vocabulary, so every string has an encoding and there is no `[UNK]`.
 #
-# * **WordPiece** {cite}`wu2016gnmt` learns its vocabulary by likelihood:
-#   starting from characters, it adds the piece that most increases the
-#   likelihood of the training text under a language model over pieces
-#   (where BPE, below, adds the most frequent pair). Wu et al. mark the
-#   *start* of a word with `_`. The variant we implement is that of BERT's
-#   released tokenizer {cite}`devlin2019` (its code, not its paper): it
+# * **WordPiece** learns its vocabulary by likelihood, with the greedy
+#   algorithm of Schuster and Nakajima {cite}`schuster2012wordpiece`, which
+#   Wu et al. {cite}`wu2016gnmt` cite for it: starting from characters, add
+#   the piece that most increases the likelihood of the training text under
+#   a language model over pieces (where BPE, below, adds the most frequent
+#   pair). Wu et al. mark the *start* of a word with `_`. How BERT's own
+#   vocabulary was built was never published, and no WordPiece trainer was
+#   released. What we implement is the *encoding* of BERT's released
+#   tokenizer {cite}`devlin2019` (its code, not its paper): it
 #   tokenizes a word greedily, **longest match first**: take the longest
 #   prefix in the vocabulary, then the longest piece of the rest, written
 #   with a `##` prefix to say "continues a word". With pieces `un`, `##aff`,
 #   `##able`, the word *unaffable* becomes `un ##aff ##able` (the example in
 #   that code). If some part cannot be matched, or the word is longer than
-#   100 characters (the code's default), the whole word becomes `[UNK]`.
+#   `max_chars` characters, the whole word becomes `[UNK]` (our default is
+#   100, as in Hugging Face's `WordpieceTokenizer`; BERT's released code
+#   uses 200).
 # * **Byte-pair encoding** {cite}`sennrich2016bpe` learns its vocabulary
 #   from word counts: start from characters (plus an end-of-word symbol
 #   `</w>`), count every adjacent pair of symbols weighted by word
@@ -209,6 +230,19 @@ _ = torch.manual_seed(0)
 #   its characters and apply the learned merges in the order they were
 #   learned (equivalently: repeatedly merge the adjacent pair of lowest
 #   rank).
+# * **SentencePiece** {cite}`kudo2018sentencepiece`, the tokenizer of T5,
+#   ALBERT, XLNet and many multilingual models, is a library rather than a
+#   third algorithm. It reads raw text as one stream of characters, spaces
+#   included (a space becomes the symbol `▁`, so no language-specific word
+#   splitting is needed and decoding gives the text back exactly), and it
+#   learns either BPE or a **unigram language model** {cite}`kudo2018subword`.
+#   The unigram model works the other way round from BPE: start from a large
+#   set of candidate pieces, each with a probability, and repeatedly drop
+#   the pieces whose removal lowers the likelihood of the training text
+#   least. A word is encoded by its most probable segmentation (a Viterbi
+#   search over the ways to split it), and sampling other segmentations
+#   during training ("subword regularisation") is a cheap augmentation.
+#   Exercise 9 writes the Viterbi step.
 #
 # ### The family
 #
@@ -216,7 +250,11 @@ _ = torch.manual_seed(0)
 #   changes the training. It drops NSP (full sentences packed up to 512
 #   tokens, and the MLM loss alone, do as well or better); it masks
 #   **dynamically**, drawing a new mask every time a sequence is seen
-#   instead of once in preprocessing; and it trains longer, with bigger
+#   instead of once in preprocessing (BERT's data had 10 masks of each
+#   sequence, so each was seen 4 times in 40 epochs; dynamic masking came out
+#   "comparable or slightly better"); it trains on full-length sequences
+#   from the start, where BERT trained 90% of its steps on sequences of 128
+#   tokens and the rest on 512; and it trains longer, with bigger
 #   batches (8,000 sequences), on ten times more data (160 GB), with a
 #   byte-level BPE vocabulary.
 # * **BART** {cite}`lewis2020bart` is a denoising **sequence-to-sequence**
@@ -235,15 +273,44 @@ _ = torch.manual_seed(0)
 # * **T5** {cite}`raffel2020t5` casts every task as text to text
 #   ("translate English to German: ...", "cola sentence: ...") with one
 #   encoder-decoder. Its pre-training objective is **span corruption**: 15%
-#   of the tokens, in spans of mean length 3, are each replaced by a unique
-#   *sentinel* token in the input, and the target lists the dropped spans,
-#   each after its sentinel, ending with one more sentinel:
+#   of the tokens are dropped, in spans of mean length 3; each span is
+#   replaced by a unique *sentinel* token in the input, and the target lists
+#   the dropped spans, each after its sentinel, ending with one more
+#   sentinel:
 #
 #   > input: *Thank you* `<X>` *me to your party* `<Y>` *week.*
 #   > target: `<X>` *for inviting* `<Y>` *last* `<Z>`
 #
 #   The target is short (only the dropped tokens), which makes pre-training
 #   cheaper than regenerating the whole text, as BART does.
+#
+# ### Sizes and data
+#
+# The released models (from the papers; "parameters" rounded):
+#
+# | model | layers | $d_\text{model}$ | heads | parameters | pre-training text |
+# |---|---|---|---|---|---|
+# | BERT-base | 12 | 768 | 12 | 110M | BooksCorpus (800M words) and English Wikipedia (2,500M words) |
+# | BERT-large | 24 | 1024 | 16 | 340M | the same |
+# | RoBERTa-large | 24 | 1024 | 16 | 355M | 160 GB: BERT's text, news, web text and stories |
+# | BART-large | 12 + 12 | 1024 | 16 | 400M | RoBERTa's 160 GB |
+# | T5-base / T5-11B | 12 + 12 / 24 + 24 | 768 / 1024 | 12 / 128 | 220M / 11B | C4, about 750 GB of cleaned web text |
+#
+# (The original Transformer of chapter 3 had 6 + 6 layers of width 512 with
+# 8 heads.) Their results on the standard benchmarks (GLUE, SQuAD,
+# SuperGLUE) are in the papers; this chapter's models are far too small to
+# say anything about them. To use a released model, the Hugging Face
+# `transformers` library loads the weights and the tokenizer by name; not
+# run here, since the course downloads nothing:
+#
+# ```python
+# from transformers import AutoModel, AutoTokenizer
+# tok = AutoTokenizer.from_pretrained("bert-base-cased")
+# bert = AutoModel.from_pretrained("bert-base-cased", output_hidden_states=True)
+# batch = tok(["Mr Zorba smiled."], return_tensors="pt")      # WordPiece ids, segments, mask
+# states = bert(**batch).hidden_states                         # 13 tensors (1, T, 768)
+# features = combine_layers(list(states), "concat_last_four")  # this chapter's function
+# ```
 
 # %% [markdown]
 # ## Implementation
@@ -860,13 +927,11 @@ print("T5 round trip ok")
 # %% tags=["skip-grading", "hide-input"]
 import time
 
+from attnkit.claims import experiment
 from attnkit.glue import glue
 from attnkit.tagged_docs import CLS, MASK, PAD, SEP, TAGS, WORDS, documents, ids, tag_ids
 from attnkit.train import TrainConfig, train
 
-device = attnkit.pick_device()
-if device.type == "cpu":
-    torch.set_num_threads(1)  # the matrices are tiny: a second thread costs more than it gains
 glue("ch06_vocab_size", len(WORDS))
 
 
@@ -919,18 +984,13 @@ def special_positions(input_ids: torch.Tensor) -> torch.Tensor:
     return (input_ids == PAD) | (input_ids == CLS) | (input_ids == SEP)
 
 
-gen = torch.Generator().manual_seed(0)
-pretrain_docs = documents(1500, seed=0)
-epochs = [encode_pairs(nsp_pairs(pretrain_docs, generator=gen)) for _ in range(3)]
-print(f"{len(pretrain_docs)} documents, {len(epochs[0][0])} NSP pairs an epoch, "
-      f"length up to {epochs[0][0].shape[1]}")
-
-# %% tags=["skip-grading", "hide-input"]
 BATCH, STEPS, LR, WARMUP = 64, 600, 3e-3, 50
+PRETRAIN_DOCS = documents(1500, seed=0)
 
 
-def pretrain(all_mask: bool, steps: int = STEPS, seed: int = 0) -> TinyBert:
-    """Pre-train a TinyBert with MLM + NSP; all_mask=True: every selected token becomes [MASK]."""
+def pretrain(epochs: list, all_mask: bool, seed: int, device: torch.device) -> TinyBert:
+    """Pre-train a TinyBert with MLM + NSP on `epochs` (three encoded sets of NSP pairs);
+    all_mask=True: every selected token becomes [MASK]."""
     torch.manual_seed(seed)
     model = TinyBert(len(WORDS)).to(device)
     g = torch.Generator().manual_seed(seed)
@@ -954,17 +1014,199 @@ def pretrain(all_mask: bool, steps: int = STEPS, seed: int = 0) -> TinyBert:
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     # TrainConfig clips the gradient norm at 1.0 by default (clip=1.0)
     desc = "100% [MASK]" if all_mask else "80/10/10"
-    train(model, loss_fn, TrainConfig(steps=steps, desc=desc), optimizer=opt,
+    train(model, loss_fn, TrainConfig(steps=STEPS, desc=desc), optimizer=opt,
           schedule=lambda step: LR * min(1.0, step / WARMUP))  # linear warm-up, then constant
     return model.eval()
 
 
-start = time.perf_counter()
-bert = pretrain(all_mask=False)
-bert_all_mask = pretrain(all_mask=True)
-seconds = time.perf_counter() - start
-glue("ch06_pretrain_s", seconds / 2)
-print(f"pre-training both models took {seconds:.0f} s on {device}")
+# held-out NSP pairs for the pre-training scores and the real-token probe (fixed data)
+EVAL_X, EVAL_SEG, EVAL_NEXT = encode_pairs(nsp_pairs(documents(300, seed=1),
+                                                     generator=torch.Generator().manual_seed(1)))
+
+
+@torch.no_grad()
+def pretrain_scores(model: TinyBert) -> tuple[float, float]:
+    """(MLM accuracy at [MASK] positions, NSP accuracy) on the held-out pairs, in percent."""
+    device = next(model.parameters()).device
+    inputs, labels = mlm_mask(EVAL_X, MASK, len(WORDS), special_positions(EVAL_X),
+                              generator=torch.Generator().manual_seed(2))
+    masked = (labels != -100) & (inputs == MASK)
+    states = model(inputs.to(device), EVAL_SEG.to(device))
+    pred = model.mlm_head(states[-1]).argmax(-1).cpu()
+    nsp = model.nsp_head(states[-1][:, 0]).argmax(-1).cpu()
+    return (100 * (pred == EVAL_X)[masked].float().mean().item(),
+            100 * (nsp == EVAL_NEXT).float().mean().item())
+
+
+@torch.no_grad()
+def real_token_probe(model: TinyBert) -> tuple[float, float]:
+    """The MLM head's accuracy (%) at randomly replaced and at untouched tokens of the held-out
+    pairs, 15% of whose non-special tokens are replaced by another word."""
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(3)
+    special = special_positions(EVAL_X)
+    replaced = (torch.rand(EVAL_X.shape, generator=g) < 0.15) & ~special
+    noise = torch.randint(5, len(WORDS), EVAL_X.shape, generator=g)  # real words, no specials
+    noisy = torch.where(replaced, noise, EVAL_X)
+    replaced &= noisy != EVAL_X
+    states = model(noisy.to(device), EVAL_SEG.to(device))
+    right = model.mlm_head(states[-1]).argmax(-1).cpu() == EVAL_X
+    untouched = ~replaced & ~special
+    return 100 * right[replaced].float().mean().item(), 100 * right[untouched].float().mean().item()
+
+
+def tagging_set(n_docs: int, seed: int):
+    """Single sentences of fresh documents: padded ids, segments, tags (-100 at specials)."""
+    sents = [s for d in documents(n_docs, seed) for s in d]
+    packed = [bert_input(ids(w), cls_id=CLS, sep_id=SEP) for w, _ in sents]
+    tags = [torch.tensor([-100] + tag_ids(t) + [-100]) for _, t in sents]
+    tags = nn.utils.rnn.pad_sequence(tags, batch_first=True, padding_value=-100)
+    return pad_batch([p[0] for p in packed]), pad_batch([p[1] for p in packed]), tags
+
+
+def first(n: int, data):
+    return tuple(t[:n] for t in data)
+
+
+TRAIN_SET, DEV_SET = first(1000, tagging_set(250, seed=10)), first(500, tagging_set(120, seed=11))
+STRATEGIES = ["embedding", "last", "sum_all", "second_to_last", "sum_last_four",
+              "concat_last_four"]  # the paper's order, worst to best
+TAGGER_STEPS, N_BOOT = 1000, 1000
+
+
+@torch.no_grad()
+def features(states: list, data, strategy: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Frozen features of every word (N, D'), its tag (N,) and its sentence (N,)."""
+    feats = combine_layers(states, strategy).cpu()  # (B, T, D')
+    words = data[2] != -100  # (B, T)
+    return feats[words], data[2][words], words.nonzero()[:, 0]
+
+
+def linear_probe(f_train, y_train, f_dev, n_classes: int, steps: int = TAGGER_STEPS):
+    """A linear classifier on standardised frozen features (the training set's mean and std);
+    Adam, learning rate 1e-2, full batch, seed 0. Returns its predictions on f_dev."""
+    mean, std = f_train.mean(0), f_train.std(0) + 1e-6  # standardise each feature
+    torch.manual_seed(0)
+    lin = nn.Linear(f_train.shape[1], n_classes)
+    opt = torch.optim.Adam(lin.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = F.cross_entropy(lin((f_train - mean) / std), y_train)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return lin((f_dev - mean) / std).argmax(-1)
+
+
+def entity_counts(pred: torch.Tensor, gold: torch.Tensor, sent: torch.Tensor) -> torch.Tensor:
+    """Per dev sentence: (true positives, predicted entities, gold entities), (n_sentences, 3)."""
+    per = torch.stack([(pred == gold) & (gold != 0), pred != 0, gold != 0], 1).float()  # (N, 3)
+    return torch.zeros(len(DEV_SET[0]), 3).index_add_(0, sent, per)
+
+
+def f1_of(counts: torch.Tensor) -> torch.Tensor:
+    """Micro F1 (%) over entity tags (tag 0 = O is not an entity) from summed counts (..., 3)."""
+    tp, n_pred, n_gold = counts.unbind(-1)
+    return 200 * tp / (n_pred + n_gold).clamp(min=1)
+
+
+def tagging_f1(model: TinyBert) -> dict[str, torch.Tensor]:
+    """Each strategy's per-sentence entity counts on the dev set, (n_sentences, 3)."""
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        s_train = model(TRAIN_SET[0].to(device), TRAIN_SET[1].to(device))
+        s_dev = model(DEV_SET[0].to(device), DEV_SET[1].to(device))
+    out = {}
+    for strategy in STRATEGIES:
+        f_train, y_train, _ = features(s_train, TRAIN_SET, strategy)
+        f_dev, y_dev, sent = features(s_dev, DEV_SET, strategy)
+        out[strategy] = entity_counts(linear_probe(f_train, y_train, f_dev, len(TAGS)), y_dev, sent)
+    # a control for width: the concatenation projected on its top D principal components
+    f_train, y_train, _ = features(s_train, TRAIN_SET, "concat_last_four")
+    f_dev, y_dev, sent = features(s_dev, DEV_SET, "concat_last_four")
+    D = f_train.shape[1] // 4
+    mean = f_train.mean(0)
+    V = torch.linalg.svd(f_train - mean, full_matrices=False).Vh[:D].T  # (4D, D)
+    pred = linear_probe((f_train - mean) @ V, y_train, (f_dev - mean) @ V, len(TAGS))
+    out["concat_pca"] = entity_counts(pred, y_dev, sent)
+    return out
+
+
+@torch.no_grad()
+def identity_probe(model: TinyBert) -> tuple[float, float]:
+    """At the real tokens of clean dev sentences: accuracy (%) of a linear probe that reads the
+    word from the last layer (trained on the tagging training sentences), and of the MLM head."""
+    device = next(model.parameters()).device
+    s_train = model(TRAIN_SET[0].to(device), TRAIN_SET[1].to(device))[-1].cpu()
+    s_dev = model(DEV_SET[0].to(device), DEV_SET[1].to(device))
+    real_train, real_dev = TRAIN_SET[2] != -100, DEV_SET[2] != -100
+    with torch.enable_grad():
+        pred = linear_probe(s_train[real_train], TRAIN_SET[0][real_train], s_dev[-1].cpu()[real_dev],
+                            len(WORDS), steps=300)
+    head = model.mlm_head(s_dev[-1]).argmax(-1).cpu()[real_dev]
+    gold = DEV_SET[0][real_dev]
+    return 100 * (pred == gold).float().mean().item(), 100 * (head == gold).float().mean().item()
+
+
+def bootstrap(diff_of, n: int = N_BOOT) -> tuple[float, float]:
+    """The 95% interval of diff_of(counts of resampled dev sentences), sentences drawn with
+    replacement (seed 0). diff_of maps a (n, n_sentences) resampling index to (n,) values."""
+    idx = torch.randint(len(DEV_SET[0]), (n, len(DEV_SET[0])), generator=torch.Generator().manual_seed(0))
+    values = diff_of(idx).sort().values
+    return values[int(0.025 * n)].item(), values[int(0.975 * n) - 1].item()
+
+
+@experiment("06_bert")
+def masking_rules(seed: int = 0, threads: int = 1) -> dict:
+    """Pre-train TinyBert with the 80/10/10 rule and with 100% [MASK] (seed `seed`: the NSP pairs,
+    the weights, the batches and the masks; `threads` CPU threads) and read both models."""
+    torch.set_num_threads(threads)
+    device = attnkit.pick_device()
+    gen = torch.Generator().manual_seed(seed)
+    epochs = [encode_pairs(nsp_pairs(PRETRAIN_DOCS, generator=gen)) for _ in range(3)]
+    print(f"{len(PRETRAIN_DOCS)} documents, {len(epochs[0][0])} NSP pairs an epoch, "
+          f"length up to {epochs[0][0].shape[1]}")
+    start = time.perf_counter()
+    models = {"801010": pretrain(epochs, all_mask=False, seed=seed, device=device),
+              "allmask": pretrain(epochs, all_mask=True, seed=seed, device=device)}
+    out = {"ch06_pretrain_s": (time.perf_counter() - start) / 2, "ch06_steps": STEPS}
+    counts = {}
+    for key, model in models.items():
+        out[f"ch06_mlm_acc_{key}"], out[f"ch06_nsp_acc_{key}"] = pretrain_scores(model)
+        out[f"ch06_probe_replaced_{key}"], out[f"ch06_probe_untouched_{key}"] = real_token_probe(model)
+        out[f"ch06_ident_last_{key}"], out[f"ch06_ident_head_{key}"] = identity_probe(model)
+        counts[key] = tagging_f1(model)
+        for strategy, c in counts[key].items():
+            out[f"ch06_f1{'' if key == '801010' else 'am'}_{strategy}"] = f1_of(c.sum(0)).item()
+    ours = {s: out[f"ch06_f1_{s}"] for s in STRATEGIES}
+    contextual = STRATEGIES[1:]
+    out["ch06_f1_best"] = max(ours[s] for s in contextual)
+    out["ch06_f1_worst_contextual"] = min(ours[s] for s in contextual)
+    out["ch06_f1_mean_contextual"] = sum(ours[s] for s in contextual) / len(contextual)
+    out["ch06_inverted_pairs"] = sum(ours[a] > ours[b] for i, a in enumerate(STRATEGIES)
+                                     for b in STRATEGIES[i + 1:])
+    out["ch06_rank_concat"] = sorted(ours.values(), reverse=True).index(ours["concat_last_four"]) + 1
+    out["ch06_rank_embedding"] = sorted(ours.values()).index(ours["embedding"]) + 1
+    # differences with their 95% bootstrap intervals over dev sentences
+    pairs = {"gap_last": (("801010", "last"), ("allmask", "last")),
+             "gap_concat": (("801010", "concat_last_four"), ("allmask", "concat_last_four")),
+             "concat_minus_last": (("801010", "concat_last_four"), ("801010", "last")),
+             "pca_minus_last": (("801010", "concat_pca"), ("801010", "last")),
+             "last_minus_emb": (("801010", "last"), ("801010", "embedding")),
+             "am_last_minus_emb": (("allmask", "last"), ("allmask", "embedding"))}
+    for name, (a, b) in pairs.items():
+        ca, cb = counts[a[0]][a[1]], counts[b[0]][b[1]]
+        out[f"ch06_{name}"] = (f1_of(ca.sum(0)) - f1_of(cb.sum(0))).item()
+        out[f"ch06_{name}_lo"], out[f"ch06_{name}_hi"] = bootstrap(
+            lambda idx: f1_of(ca[idx].sum(1)) - f1_of(cb[idx].sum(1)))
+    out["ch06_am_rows_below_emb"] = sum(out[f"ch06_f1am_{s}"] < out["ch06_f1am_embedding"]
+                                        for s in contextual)
+    return out | {"models": models, "epochs": epochs}
+
+
+# %% tags=["skip-grading", "hide-input"]
+run = masking_rules(seed=0, threads=1)
+print(f"pre-training took {run['ch06_pretrain_s']:.0f} s a model")
 
 # %% [markdown]
 # ### Did pre-training work?
@@ -973,29 +1215,10 @@ print(f"pre-training both models took {seconds:.0f} s on {device}")
 # selected tokens that became `[MASK]`) and NSP accuracy.
 
 # %% tags=["skip-grading", "hide-input"]
-eval_gen = torch.Generator().manual_seed(1)
-eval_docs = documents(300, seed=1)
-eval_x, eval_seg, eval_next = encode_pairs(nsp_pairs(eval_docs, generator=eval_gen))
+for key, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]")):
+    print(f"{name:12s} model: MLM accuracy at [MASK] {run[f'ch06_mlm_acc_{key}']:.1f}%, "
+          f"NSP accuracy {run[f'ch06_nsp_acc_{key}']:.1f}%")
 
-
-@torch.no_grad()
-def pretrain_scores(model: TinyBert) -> tuple[float, float]:
-    """(MLM accuracy at [MASK] positions, NSP accuracy) on the held-out pairs."""
-    inputs, labels = mlm_mask(eval_x, MASK, len(WORDS), special_positions(eval_x),
-                              generator=torch.Generator().manual_seed(2))
-    masked = (labels != -100) & (inputs == MASK)
-    states = model(inputs.to(device), eval_seg.to(device))
-    pred = model.mlm_head(states[-1]).argmax(-1).cpu()
-    nsp = model.nsp_head(states[-1][:, 0]).argmax(-1).cpu()
-    return ((pred == eval_x)[masked].float().mean().item(),
-            (nsp == eval_next).float().mean().item())
-
-
-mlm_acc, nsp_acc = pretrain_scores(bert)
-glue("ch06_mlm_acc", 100 * mlm_acc)
-glue("ch06_nsp_acc", 100 * nsp_acc)
-print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, "
-      f"NSP accuracy {100 * nsp_acc:.1f}%")
 
 # %% [markdown]
 # The 80/10/10 model restores {glue:text}`ch06_mlm_acc:.1f`% of the masked
@@ -1029,74 +1252,13 @@ print(f"80/10/10 model: MLM accuracy at [MASK] {100 * mlm_acc:.1f}%, "
 # context of its own, so every bit of context has to come from the features.
 
 # %% tags=["skip-grading", "hide-input"]
-def tagging_set(n_docs: int, seed: int):
-    """Single sentences of fresh documents: padded ids, segments, tags (-100 at specials)."""
-    sents = [s for d in documents(n_docs, seed) for s in d]
-    packed = [bert_input(ids(w), cls_id=CLS, sep_id=SEP) for w, _ in sents]
-    tags = [torch.tensor([-100] + tag_ids(t) + [-100]) for _, t in sents]
-    tags = nn.utils.rnn.pad_sequence(tags, batch_first=True, padding_value=-100)
-    return pad_batch([p[0] for p in packed]), pad_batch([p[1] for p in packed]), tags
-
-
-def first(n: int, data):
-    return tuple(t[:n] for t in data)
-
-
-train_set, dev_set = first(1000, tagging_set(250, seed=10)), first(500, tagging_set(120, seed=11))
-
-
-@torch.no_grad()
-def features(model: TinyBert, data, strategy: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Frozen features of every word (N, D') and its tag (N,)."""
-    x, seg, tags = data
-    states = model(x.to(device), seg.to(device))
-    feats = combine_layers(states, strategy).cpu()  # (B, T, D')
-    words = tags != -100
-    return feats[words], tags[words]
-
-
-def entity_f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
-    """Micro F1 over the entity tags (tag 0 = O is not an entity)."""
-    tp = ((pred == gold) & (gold != 0)).sum().item()
-    precision = tp / max((pred != 0).sum().item(), 1)
-    recall = tp / max((gold != 0).sum().item(), 1)
-    return 2 * precision * recall / max(precision + recall, 1e-12)
-
-
-def probe_f1(model: TinyBert, strategy: str, steps: int = 300) -> float:
-    """Train a linear tagger on frozen features; dev F1 in percent."""
-    f_train, y_train = features(model, train_set, strategy)
-    f_dev, y_dev = features(model, dev_set, strategy)
-    mean, std = f_train.mean(0), f_train.std(0) + 1e-6  # standardise each feature
-    torch.manual_seed(0)
-    tagger = nn.Linear(f_train.shape[1], len(TAGS))
-    opt = torch.optim.Adam(tagger.parameters(), lr=1e-2)
-    for _ in range(steps):
-        loss = F.cross_entropy(tagger((f_train - mean) / std), y_train)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        return 100 * entity_f1(tagger((f_dev - mean) / std).argmax(-1), y_dev)
-
-
 PAPER = {"embedding": 91.0, "last": 94.9, "sum_all": 95.5, "second_to_last": 95.6,
          "sum_last_four": 95.9, "concat_last_four": 96.1}  # BERT's Table 7
-ours = {}
-print(f"{'features':18s} {'paper F1':>10s} {'our F1':>8s}")
+print(f"{'features':18s} {'paper F1':>10s} {'80/10/10':>9s} {'100% [MASK]':>12s}")
 for strategy, paper_f1 in PAPER.items():
-    ours[strategy] = glue(f"ch06_f1_{strategy}", probe_f1(bert, strategy))
-    print(f"{strategy:18s} {paper_f1:10.1f} {ours[strategy]:8.1f}")
-contextual = [s for s in PAPER if s != "embedding"]
-glue("ch06_f1_best", max(ours[s] for s in contextual))
-glue("ch06_f1_worst_contextual", min(ours[s] for s in contextual))
-glue("ch06_f1_mean_contextual", sum(ours[s] for s in contextual) / len(contextual))
-order = list(PAPER)  # the paper's order, worst to best
-inverted = [(a, b) for i, a in enumerate(order) for b in order[i + 1:] if ours[a] > ours[b]]
-glue("ch06_inverted_pairs", len(inverted))
-print(f"best here: {max(ours, key=ours.get)}; worst here: {min(ours, key=ours.get)}; "
-      f"{len(inverted)} of {len(order) * (len(order) - 1) // 2} pairs ordered against the paper: "
-      f"{inverted}")
+    print(f"{strategy:18s} {paper_f1:10.1f} {run[f'ch06_f1_{strategy}']:9.1f} "
+          f"{run[f'ch06_f1am_{strategy}']:12.1f}")
+
 
 # %% [markdown]
 # | features | BERT paper F1 (BERT-base, CoNLL-2003) | our F1, 600 steps (this page) | our F1, 1800 steps (measured once) |
@@ -1155,32 +1317,11 @@ print(f"best here: {max(ours, key=ours.get)}; worst here: {min(ours, key=ours.ge
 # ordinary MLM accuracy at `[MASK]` positions.
 
 # %% tags=["skip-grading", "hide-input"]
-@torch.no_grad()
-def real_token_probe(model: TinyBert) -> tuple[float, float, float]:
-    """(accuracy at [MASK], at randomly replaced tokens, at untouched tokens), in percent."""
-    g = torch.Generator().manual_seed(3)
-    special = special_positions(eval_x)
-    replaced = (torch.rand(eval_x.shape, generator=g) < 0.15) & ~special
-    noise = torch.randint(5, len(WORDS), eval_x.shape, generator=g)  # real words, no specials
-    noisy = torch.where(replaced, noise, eval_x)
-    replaced &= noisy != eval_x
-    states = model(noisy.to(device), eval_seg.to(device))
-    right = model.mlm_head(states[-1]).argmax(-1).cpu() == eval_x
-    untouched = ~replaced & ~special
-    return 100 * pretrain_scores(model)[0], 100 * right[replaced].float().mean().item(), \
-        100 * right[untouched].float().mean().item()
-
-
 print(f"{'masking rule':14s} {'at [MASK]':>10s} {'at replaced':>12s} {'at untouched':>13s}")
-for name, model in [("80/10/10", bert), ("100% [MASK]", bert_all_mask)]:
-    at_mask, at_replaced, at_untouched = real_token_probe(model)
-    key = "801010" if model is bert else "allmask"
-    glue(f"ch06_probe_mask_{key}", at_mask)
-    glue(f"ch06_probe_replaced_{key}", at_replaced)
-    glue(f"ch06_probe_untouched_{key}", at_untouched)
-    print(f"{name:14s} {at_mask:10.1f} {at_replaced:12.1f} {at_untouched:13.1f}")
-glue("ch06_f1_allmask_last", probe_f1(bert_all_mask, "last"))
-_ = glue("ch06_f1_allmask_concat", probe_f1(bert_all_mask, "concat_last_four"))
+for key, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]")):
+    print(f"{name:14s} {run[f'ch06_mlm_acc_{key}']:10.1f} {run[f'ch06_probe_replaced_{key}']:12.1f} "
+          f"{run[f'ch06_probe_untouched_{key}']:13.1f}")
+
 
 # %% [markdown]
 # | masking rule | at `[MASK]` | at replaced tokens | at untouched tokens |
