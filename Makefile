@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup exercises book pages test test-book test-notebooks test-fast check-sync bench clean release
+.PHONY: setup exercises book pages test test-book test-notebooks claims test-fast check-sync bench clean release
 
 setup: $(STAMP)
 
@@ -37,6 +37,9 @@ test: setup        ## every test: generation, graders' self-test, sandbox, batch
 
 test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean, same headline figures
 	$(PY) -m course alternatives
+
+claims: setup      ## each chapter's experiment over 5 seeds x reference/alternative x 1/2 threads (cached in tests/claims/); every claim checked
+	$(PY) -m course claims
 
 release: setup     ## the student repository, without solutions or hidden graders, into _build/release (leak-checked); PUBLISH=<git remote> pushes it
 	$(PY) -m course.release --out _build/release $(if $(PUBLISH),--publish $(PUBLISH))

@@ -1,8 +1,10 @@
 """`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives
-| nbgrader-course DIR`.
+| claims [NN ...] [--force] | nbgrader-course DIR`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
+claims [NN ...]: each chapter's experiment over seeds, threads and solutions; every claim checked
+(course/claims.py; records in tests/claims/, cached by hash).
 """
 from __future__ import annotations
 
@@ -44,6 +46,9 @@ def main(argv: list[str]) -> int:
     if cmd == "nbgrader-course":
         from course.nbgrader_course import main as nbgrader_course
         return nbgrader_course(rest)
+    if cmd == "claims":
+        from course.claims import main as claims
+        return claims(rest)
     if cmd in ("alternative", "alternatives"):
         from course.alternatives import chapters_with_alternatives, check
         names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()

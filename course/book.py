@@ -58,10 +58,13 @@ def runtime_pins() -> str:
 
 def source_hash(chapter: str) -> str:
     """A hash of what the executed page depends on: the chapter, the attnkit modules it imports,
-    the code that executes and clears it (course/exercises.py) and the runtime pins.
+    the code that executes and clears it (course/exercises.py), the runtime pins and, where there
+    is one, the record of the chapter's claims check (tests/claims/), whose verdicts the page shows.
     Not references.bib nor the badges: they do not change the executed notebook."""
     from course.deps import digest
-    inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py"])
+    record = ROOT / "tests" / "claims" / f"{chapter}.json"   # the claims check the page reports
+    extra = [record] if record.exists() else []
+    inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py", *extra])
     return hashlib.sha256(f"{inner}\n{runtime_pins()}".encode()).hexdigest()[:16]
 
 
