@@ -704,15 +704,13 @@ import time
 
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnkit.claims import experiment, spread
 from attnkit.glue import glue
 from attnkit.plot import curves, heatmap
 from attnkit.train import TrainConfig, exact_match, train
 
 device = attnkit.pick_device()
-if device.type == "cpu":
-    # small sequential ops: one thread is about as fast as two, and never oversubscribed
-    torch.set_num_threads(1)
-attnkit.seed_everything(0)
+STEPS, BATCH = 400, 64
 ALPHABET, MAX_LEN = "abcdefghijklmnopqrstuvwxyz", 16
 vocab = Vocab(ALPHABET)
 train_pairs = reversal_pairs(20_000, 1, MAX_LEN, ALPHABET,
@@ -811,34 +809,6 @@ def accuracy_by_length(model: Seq2Seq) -> dict[int, float]:
     return acc
 
 
-# %% [markdown]
-# The test strings are not all fresh. Of the 100 test strings of length 1
-# (there are only 26 such strings), {glue:text}`ch02_seen_len1` are in the
-# training set; of length 2, {glue:text}`ch02_seen_len2`; of length 3,
-# {glue:text}`ch02_seen_len3`; of the 1300 of lengths 4 to 16,
-# {glue:text}`ch02_seen_len4plus`. So the short lengths partly measure
-# memory, the long ones generalisation.
-
-# %% tags=["skip-grading", "hide-input"]
-STEPS, BATCH = 400, 64
-models, losses, accuracy, seconds, loss_fns, optimizers = {}, {}, {}, {}, {}, {}
-for name, use_attention in (("no attention", False), ("attention", True)):
-    torch.manual_seed(0)
-    model = Seq2Seq(len(vocab), use_attention).to(device)
-    started = time.perf_counter()
-    loss_fns[name] = seq2seq_loss(model, BATCH, seed=2)
-    optimizers[name] = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses[name] = train(model, loss_fns[name],
-                         TrainConfig(steps=STEPS, lr=3e-3, clip=1.0, desc=name),
-                         optimizer=optimizers[name])
-    seconds[name] = time.perf_counter() - started
-    models[name], accuracy[name] = model, accuracy_by_length(model)
-    key = name.replace(" ", "_")
-    glue(f"ch02_seconds_{key}", seconds[name])
-    glue(f"ch02_final_loss_{key}", sum(losses[name][-20:]) / 20)
-print({name: f"{t:.0f} s" for name, t in seconds.items()})
-
-
 @torch.no_grad()
 def accuracy_by_position(model: Seq2Seq, n: int) -> list[float]:
     """Teacher-forced accuracy of output letter i on the length-n test strings, per i.
@@ -853,27 +823,108 @@ def accuracy_by_position(model: Seq2Seq, n: int) -> list[float]:
     return (predicted == tgt[:, 1:]).float().mean(0).tolist()
 
 
+def output_rows(tokens: Tensor) -> list[str]:
+    """One label per generated token, up to and including <eos> if it was emitted."""
+    rows = []
+    for i in tokens.tolist():
+        rows.append("<eos>" if i == vocab.eos_id else vocab.decode([i]) or "?")
+        if i == vocab.eos_id:
+            break
+    return rows
+
+
+def anti_diagonal(model: Seq2Seq, n: int) -> tuple[float, float, float]:
+    """Over the length-n test strings, for output letters i (not <eos>): how often the largest
+    weight is on source n-1-i, the mean weight there, and the mean weight within one of it."""
+    src = vocab.encode_batch([x for x, _ in test_pairs[n]]).to(device)    # (100, n)
+    _, alphas = model.greedy(src, n + 1)
+    letters = alphas[:, :n].cpu()                                          # (100, n, n)
+    target = torch.arange(n - 1, -1, -1)                                   # (n,)
+    on_it = letters.flip(-1).diagonal(dim1=1, dim2=2)                      # (100, n)
+    near = (torch.arange(n) - target.unsqueeze(-1)).abs() <= 1             # (n, n)
+    return ((letters.argmax(-1) == target).float().mean().item(), on_it.mean().item(),
+            (letters * near).sum(-1).mean().item())
+
+
+def mean_over(acc: dict[int, float], lengths) -> float:
+    lengths = list(lengths)
+    return sum(acc[n] for n in lengths) / len(lengths)
+
+
+@experiment("02_attention")
+def compare(seed: int = 0, threads: int = 1) -> dict:
+    """Train the encoder-decoder with and without attention for 400 steps (the same data,
+    batches and initial weights); exact match by length, per-position accuracy, alignment."""
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    attnkit.seed_everything(seed)
+    out = {"models": {}, "losses": {}, "accuracy": {}, "loss_fns": {}, "optimizers": {}}
+    for name, use_attention in (("no attention", False), ("attention", True)):
+        torch.manual_seed(seed)                                   # the same initial weights
+        model = Seq2Seq(len(vocab), use_attention).to(device)
+        started = time.perf_counter()
+        loss_fn = seq2seq_loss(model, BATCH, seed=2 + seed)       # the same batches
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        losses = train(model, loss_fn, TrainConfig(steps=STEPS, lr=3e-3, clip=1.0, desc=name),
+                       optimizer=opt)
+        key = name.replace(" ", "_")
+        out[f"ch02_seconds_{key}"] = time.perf_counter() - started
+        acc = accuracy_by_length(model)
+        out[f"ch02_final_loss_{key}"] = sum(losses[-20:]) / 20
+        out[f"ch02_mean_{key}"] = mean_over(acc, range(1, MAX_LEN + 1))
+        out[f"ch02_mean4plus_{key}"] = mean_over(acc, range(4, MAX_LEN + 1))
+        for part, value in (("models", model), ("losses", losses), ("accuracy", acc),
+                            ("loss_fns", loss_fn), ("optimizers", opt)):
+            out[part][name] = value
+    no_att, att = out["accuracy"]["no attention"], out["accuracy"]["attention"]
+    for n in (4, 6, 8, 12, 16):
+        out[f"ch02_no_attention_len{n}"] = no_att[n]
+    out["ch02_attention_min"] = min(att.values())
+    out["ch02_lead_min4plus"] = min(att[n] - no_att[n] for n in range(4, MAX_LEN + 1))
+    # Where the model without attention fails: teacher-forced accuracy per output letter
+    by_position = out["by_position"] = accuracy_by_position(out["models"]["no attention"], 8)
+    out["ch02_pos8_first"], out["ch02_pos8_last"] = by_position[0], by_position[-1]
+    out["ch02_pos8_early"] = sum(by_position[:4]) / 4              # output letters 1-4
+    out["ch02_pos8_late"] = sum(by_position[4:7]) / 3              # output letters 5-7
+    out["ch02_pos8_worst"] = 1 + min(range(8), key=lambda i: by_position[i])
+    # The alignment, and an ablation: the annotation with the largest weight alone
+    model = out["models"]["attention"]
+    for n in (6, 11, 16):
+        hit, weight, window = anti_diagonal(model, n)
+        out[f"ch02_diag_argmax_len{n}"], out[f"ch02_diag_weight_len{n}"] = hit, weight
+        out[f"ch02_diag_window_len{n}"] = window
+    model.hard = True
+    hard = out["hard_accuracy"] = accuracy_by_length(model)
+    model.hard = False
+    out["ch02_hard_min"] = min(hard.values())
+    out["ch02_hard_mean4plus"] = mean_over(hard, range(4, MAX_LEN + 1))
+    out["ch02_hard_len16"] = hard[16]
+    return out
+
+
+# %% [markdown]
+# The test strings are not all fresh. Of the 100 test strings of length 1
+# (there are only 26 such strings), {glue:text}`ch02_seen_len1` are in the
+# training set; of length 2, {glue:text}`ch02_seen_len2`; of length 3,
+# {glue:text}`ch02_seen_len3`; of the 1300 of lengths 4 to 16,
+# {glue:text}`ch02_seen_len4plus`. So the short lengths partly measure
+# memory, the long ones generalisation.
+
+# %% tags=["skip-grading", "hide-input"]
+out = compare(seed=0, threads=1)
+models, losses, accuracy = out["models"], out["losses"], out["accuracy"]
+print({name: f"{out['ch02_seconds_' + name.replace(' ', '_')]:.0f} s" for name in models})
+
 # %% tags=["skip-grading", "hide-input"]
 print(f"{'length':>6} | {'no attention':>12} | {'attention':>9}")
 for n in test_pairs:
     print(f"{n:>6} | {accuracy['no attention'][n]:>12.2f} | {accuracy['attention'][n]:>9.2f}")
-for name, acc in accuracy.items():
+for name in accuracy:
     key = name.replace(" ", "_")
-    mean = glue(f"ch02_mean_{key}", sum(acc.values()) / len(acc))
-    long_mean = glue(f"ch02_mean4plus_{key}",
-                     sum(acc[n] for n in range(4, MAX_LEN + 1)) / (MAX_LEN - 3))
-    print(f"{name}: mean exact match {mean:.2f}, over lengths 4 to 16 {long_mean:.2f}")
-for n in (4, 6, 8, 12, 16):
-    glue(f"ch02_no_attention_len{n}", accuracy["no attention"][n])
-glue("ch02_attention_min", min(accuracy["attention"].values()))
-by_position = accuracy_by_position(models["no attention"], 8)
+    print(f"{name}: mean exact match {out[f'ch02_mean_{key}']:.2f}, "
+          f"over lengths 4 to 16 {out[f'ch02_mean4plus_{key}']:.2f}")
 print("no attention, length 8, teacher-forced accuracy of output letter i:",
-      [round(a, 2) for a in by_position])
-glue("ch02_pos8_first", by_position[0])
-glue("ch02_pos8_last", by_position[-1])
-glue("ch02_pos8_early", sum(by_position[:4]) / 4)                 # output letters 1-4
-glue("ch02_pos8_late", sum(by_position[4:7]) / 3)                 # output letters 5-7
-glue("ch02_pos8_worst", 1 + min(range(8), key=lambda i: by_position[i]))
+      [round(a, 2) for a in out["by_position"]])
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.5))
 for name, acc in accuracy.items():
@@ -883,12 +934,23 @@ ax1.set_title("accuracy by input length (greedy decoding)", fontsize=9), ax1.leg
 curves(losses, ax=ax2, smooth=20, logy=True)
 ax2.set_title("training loss (cross-entropy per character)", fontsize=9)
 plt.show()
+spread({"ch02_mean_no_attention": "no attention: mean exact match, lengths 1-16",
+        "ch02_mean_attention": "attention: mean exact match, lengths 1-16",
+        "ch02_mean4plus_no_attention": "no attention: lengths 4-16",
+        "ch02_mean4plus_attention": "attention: lengths 4-16",
+        "ch02_attention_min": "attention: its worst length",
+        "ch02_lead_min4plus": "attention's smallest lead, lengths 4-16",
+        "ch02_final_loss_no_attention": "no attention: loss, last 20 steps",
+        "ch02_pos8_early": "no attention, length 8: output letters 1-4",
+        "ch02_pos8_late": "no attention, length 8: output letters 5-7",
+        "ch02_pos8_last": "no attention, length 8: the last letter",
+        "ch02_pos8_first": "no attention, length 8: the first letter"})
 
 # Is the model without attention done learning? Train it on for 800 more steps: the same
 # optimiser and batch stream continue, so this is the 1200-step run of the same recipe.
-more = train(models["no attention"], loss_fns["no attention"],
+more = train(models["no attention"], out["loss_fns"]["no attention"],
              TrainConfig(steps=800, lr=3e-3, clip=1.0, desc="no attention, steps 401 to 1200"),
-             optimizer=optimizers["no attention"])
+             optimizer=out["optimizers"]["no attention"])
 longer = accuracy_by_length(models["no attention"])
 for n in (6, 8):
     glue(f"ch02_long_len{n}", longer[n])
@@ -983,44 +1045,12 @@ model = models["attention"]
 examples = [test_pairs[n][0][0] for n in (6, 11, 16)]
 
 
-def output_rows(tokens: Tensor) -> list[str]:
-    """One label per generated token, up to and including <eos> if it was emitted."""
-    rows = []
-    for i in tokens.tolist():
-        rows.append("<eos>" if i == vocab.eos_id else vocab.decode([i]) or "?")
-        if i == vocab.eos_id:
-            break
-    return rows
-
-
-def anti_diagonal(model: Seq2Seq, n: int) -> tuple[float, float, float]:
-    """Over the length-n test strings, for output letters i (not <eos>): how often the largest
-    weight is on source n-1-i, the mean weight there, and the mean weight within one of it."""
-    src = vocab.encode_batch([x for x, _ in test_pairs[n]]).to(device)    # (100, n)
-    _, alphas = model.greedy(src, n + 1)
-    letters = alphas[:, :n].cpu()                                          # (100, n, n)
-    target = torch.arange(n - 1, -1, -1)                                   # (n,)
-    on_it = letters.flip(-1).diagonal(dim1=1, dim2=2)                      # (100, n)
-    near = (torch.arange(n) - target.unsqueeze(-1)).abs() <= 1             # (n, n)
-    return ((letters.argmax(-1) == target).float().mean().item(), on_it.mean().item(),
-            (letters * near).sum(-1).mean().item())
-
-
 for n in (6, 11, 16):
-    hit, weight, window = anti_diagonal(model, n)
-    glue(f"ch02_diag_argmax_len{n}", hit), glue(f"ch02_diag_weight_len{n}", weight)
-    glue(f"ch02_diag_window_len{n}", window)
+    hit, weight, window = (out[f"ch02_diag_{w}_len{n}"] for w in ("argmax", "weight", "window"))
     print(f"length {n}: largest weight on the anti-diagonal {hit:.2f}, mean weight there "
           f"{weight:.2f}, within one position {window:.2f}")
-
-model.hard = True                       # the context is the annotation with the largest weight
-hard_accuracy = accuracy_by_length(model)
-model.hard = False
-glue("ch02_hard_min", min(hard_accuracy.values()))
-glue("ch02_hard_mean4plus", sum(hard_accuracy[n] for n in range(4, MAX_LEN + 1)) / (MAX_LEN - 3))
-glue("ch02_hard_len16", hard_accuracy[16])
 print("exact match with the largest weight's annotation alone, by length:",
-      {n: round(a, 2) for n, a in hard_accuracy.items()})
+      {n: round(a, 2) for n, a in out["hard_accuracy"].items()})
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), gridspec_kw={"width_ratios": [6, 11, 16]})
 for ax, source in zip(axes, examples):
