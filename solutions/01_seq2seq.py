@@ -1428,12 +1428,13 @@ claim("tree_norm_no_rescue", "Per token, too, the cut output scores higher than 
 #   the model rates them more probable; length normalisation changes the
 #   objective to correct such a model (the toy model). Our reversal model
 #   showed no short bias on average, but it ends some long strings early,
-#   and neither a wider beam nor normalisation repairs that. The stopping
+#   and on the example we drew neither a wider beam nor normalisation
+#   repaired that: the model itself preferred the cut output. The stopping
 #   rule matters: stopping at the first finished hypothesis with a wide
 #   beam returns truncated outputs.
 #
-# Next, chapter 2 removes the bottleneck of the single vector $c$ with
-# attention.
+# Next, chapter 2 gives the decoder a direct view of every encoder state,
+# attention, instead of the single vector $c$.
 #
 # ## Exercises
 #
