@@ -747,7 +747,7 @@ claim("lm_valid_falls", "The higher the temperature, the fewer samples are corre
 #
 # **Model** (given below, so that any correct exercise reproduces the
 # figures): the GRU encoder-decoder of the math section, embedding 32,
-# hidden 64 (small, so that the claims check's 20 trainings stay cheap),
+# hidden 64 (small, so that the claims check's 20 runs stay cheap),
 # one embedding table shared by encoder and decoder, a bidirectional
 # encoder, and `<pad>`, `<bos>` and `<unk>` banned from the output (their
 # log-probability is set to $-\infty$). Trained with teacher forcing for
