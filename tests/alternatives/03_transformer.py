@@ -294,8 +294,4 @@ def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, 
     return max(done, key=lambda d: d[1])
 
 
-HEADLINES = {
-    "ch03_greedy_exact": 1.5,      # greedy exact match (%) on the 2000 held-out dates
-    "ch03_beam_done_a06": 3.0,     # the complete beam search, alpha 0.6, 200 dates (%)
-    "ch03_attn_mem_ratio": 0.05,   # activation memory of self-attention, n = 2048 over n = 1024
-}
+HEADLINES = {}   # the chapter's claims test this solution (tests/claims/03_transformer.json)
