@@ -1,4 +1,4 @@
-"""`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives
+"""`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
 | claims [NN ...] [--force] | nbgrader-course DIR`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         return 0
     if cmd == "pages":
         from course.book import build_pages
-        build_pages(force="--force" in rest)
+        build_pages(force="--force" in rest, only=[a for a in rest if not a.startswith("--")])
         return 0
     if cmd == "check-leaks":
         from course.leaks import find_leaks, near_copies, notebook_code
