@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup exercises book pages test test-book test-notebooks test-fast check-sync bench clean release
+.PHONY: setup exercises book pages test test-book test-notebooks claims test-fast check-sync bench clean release
 
 setup: $(STAMP)
 
@@ -26,8 +26,8 @@ book: pages        ## the executed book, offline, into _build/html
 	$(PY) -m course check-leaks _build/html exercises
 	@echo "the book is in _build/html/index.html"
 
-test-book: setup   ## the built book in Chromium, offline: every page of _toc.yml (screenshots in _build/screenshots)
-	COURSE_BOOK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+test-book: setup   ## the built book in Chromium, offline (screenshots in _build/screenshots); the student commands in a fresh release
+	COURSE_BOOK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser tests/docs
 
 check-sync: setup
 	$(PY) -m course check-sync
@@ -37,6 +37,9 @@ test: setup        ## every test: generation, graders' self-test, sandbox, batch
 
 test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean, same headline figures
 	$(PY) -m course alternatives
+
+claims: setup      ## each chapter's experiment over 5 seeds x reference/alternative x 1/2 threads (cached in tests/claims/); every claim checked
+	$(PY) -m course claims
 
 release: setup     ## the student repository, without solutions or hidden graders, into _build/release (leak-checked); PUBLISH=<git remote> pushes it
 	$(PY) -m course.release --out _build/release $(if $(PUBLISH),--publish $(PUBLISH))

@@ -8,9 +8,12 @@ calls, default initialisation...). It is a plain Python file:
   before the first graded cell;
 - each top-level `def`/`class` named like a graded cell replaces that cell's
   stub in the exercise notebook;
-- `HEADLINES = {"glue_name": abs_tolerance, ...}` names the values the chapter
-  glues (`attnkit.glue`) that the alternative's run must reproduce within that
-  tolerance of the solution's own run (the book page).
+- in a chapter that declares an experiment and claims (`attnkit.claims`), the
+  alternative must satisfy every claim on its runs of the claims check
+  (`python -m course claims`, recorded in tests/claims/), and HEADLINES is empty;
+- in a chapter not yet converted, `HEADLINES = {"glue_name": abs_tolerance, ...}`
+  names the values the chapter glues (`attnkit.glue`) that the alternative's run
+  must reproduce within that tolerance of the solution's own run (the book page).
 
 `python -m course alternative NN_name` grades the alternative (full marks
 expected), executes the spliced exercise notebook top to bottom in a Jupyter
@@ -103,8 +106,10 @@ def alternative_notebook(chapter: str, alt: Alternative | None = None) -> nbform
 def run_hash(chapter: str) -> str:
     """A hash of what an alternative run depends on."""
     from course.deps import digest
+    record = ROOT / "tests" / "claims" / f"{chapter}.json"
     paths = [SOLUTIONS / f"{chapter}.py", ALTERNATIVES / f"{chapter}.py",
-             ROOT / "autograder" / "graders" / f"test_{chapter}.py", Path(__file__)]
+             ROOT / "autograder" / "graders" / f"test_{chapter}.py", Path(__file__),
+             *([record] if record.exists() else [])]
     return digest(paths, source=paths[0].read_text() + paths[1].read_text())
 
 
@@ -172,6 +177,10 @@ def check(chapter: str, force: bool = False) -> dict:
     seconds = time.monotonic() - started
     from attnkit.glue import glued
     table, misses = _headlines(alt, glued(executed), chapter) if error is None else ({}, [])
+    from course.claims import alternative_problems, has_experiment
+    if has_experiment(chapter):
+        misses += alternative_problems(chapter) + (
+            ["HEADLINES must be empty: the chapter's claims test the alternative"] if alt.headlines else [])
     problems = ([f"a cell failed:\n{error}"] if error else []) + misses
     if result["score"] != result["max_score"]:
         lost = [t["name"] for t in result["tests"] if t["score"] < t["max_score"]]

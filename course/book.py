@@ -58,10 +58,13 @@ def runtime_pins() -> str:
 
 def source_hash(chapter: str) -> str:
     """A hash of what the executed page depends on: the chapter, the attnkit modules it imports,
-    the code that executes and clears it (course/exercises.py) and the runtime pins.
+    the code that executes and clears it (course/exercises.py), the runtime pins and, where there
+    is one, the record of the chapter's claims check (tests/claims/), whose verdicts the page shows.
     Not references.bib nor the badges: they do not change the executed notebook."""
     from course.deps import digest
-    inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py"])
+    record = ROOT / "tests" / "claims" / f"{chapter}.json"   # the claims check the page reports
+    extra = [record] if record.exists() else []
+    inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py", *extra])
     return hashlib.sha256(f"{inner}\n{runtime_pins()}".encode()).hexdigest()[:16]
 
 
@@ -119,6 +122,9 @@ def book_chapters() -> list[str]:
     return [ch for ch in chapters() if ch in listed]
 
 
-def build_pages(force: bool = False) -> list[Path]:
-    """The page of every chapter in the book."""
-    return [build_page(ch, force) for ch in book_chapters()]
+def build_pages(force: bool = False, only: list[str] | None = None) -> list[Path]:
+    """The page of every chapter in the book, or of the chapters named in `only` (NN or NN_name)."""
+    chapters = [ch for ch in book_chapters() if not only or any(ch.startswith(o) for o in only)]
+    if only and not chapters:
+        raise SystemExit(f"no chapter of the book matches {' '.join(only)}")
+    return [build_page(ch, force) for ch in chapters]

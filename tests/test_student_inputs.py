@@ -4,6 +4,7 @@ Gradescope zip, on the toy chapter; and Gradescope's visibility fields."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import zipfile
 from pathlib import Path
 
@@ -131,7 +132,6 @@ def test_the_one_notebook_command_keys_by_student_or_file_name(graded, tmp_path,
                      "--secret-file", str(secret_file)]) == 0  # no --student: the file's name, as a batch does
     result = json.loads((out / "ann" / "results.json").read_text())
     assert printed_inputs(result) == printed_inputs(graded["ann"])
-    assert cli.main(["grade", str(tmp_path), "--out", str(out), "--student", "x"]) == 2  # one notebook only
 
 
 def test_a_batch_keys_each_student_by_the_batch_student_id(graded, tmp_path):
@@ -143,6 +143,10 @@ def test_a_batch_keys_each_student_by_the_batch_student_id(graded, tmp_path):
     assert all(r["score"] == 4 and r["extra_data"]["inputs"] == "per student" for r in results.values())
     assert {s: printed_inputs(r) for s, r in results.items()} == {
         s: printed_inputs(graded[s]) for s in ("ann", "ben")}, "the batch must key students as one grading does"
+    again = batch.run_batch(find_jobs([str(tmp_path / "class")]), settings)
+    assert again.skipped == 2 and again.graded == 0, "the same secret: the results are current"
+    other = batch.run_batch(find_jobs([str(tmp_path / "class")]), replace(settings, secret=b"another secret of 32 bytes......"))
+    assert other.graded == 2 and sum(other.stale.values()) == 2, "another secret: other inputs, so a regrade"
 
 
 def test_the_key_follows_the_batch_student_id_and_the_cluster_carries_the_secret(tmp_path):

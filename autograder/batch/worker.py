@@ -71,7 +71,8 @@ def grade_one(job: Job, sandbox, settings) -> dict:
     """Grade one submission; a failure of the grader itself becomes a "crashed" result."""
     from autograder.grade import grade_submission
     try:
-        return grade_submission(job.path, sandbox, settings.chapter, inputs_key=inputs_key(job, settings))
+        return grade_submission(job.path, sandbox, job.chapter or settings.chapter,
+                                inputs_key=inputs_key(job, settings))
     except Exception as exc:  # noqa: BLE001 - one submission must never stop the batch
         return failure_result(job, settings.chapter, "crashed",
                               f"The grader failed on this submission ({type(exc).__name__}); "

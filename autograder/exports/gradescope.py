@@ -3,7 +3,9 @@
 `python -m autograder export-gradescope NN_name --out autograder.zip` writes a
 zip with setup.sh and run_autograder (from gradescope_template/), the
 autograder package, the provided `attnkit` package, the chapter's hidden
-graders and its reference solution, pinned requirements and gradescope.json.
+graders and its reference solution, pinned requirements and gradescope.json (the chapter, the call
+timeout and the grader version of the files zipped: `python -m autograder
+check-zip ZIP` says whether the zip is older than the graders here).
 
 On Gradescope, run_autograder calls `python -m autograder.exports.gradescope run`,
 which grades /autograder/submission's notebook and always writes
@@ -11,7 +13,9 @@ which grades /autograder/submission's notebook and always writes
 starts it); `Sandbox` runs the student's code as an unused, unprivileged uid
 (in bubblewrap's namespaces where the container allows them, with rlimits
 otherwise), which cannot read the hidden tests: run_autograder makes
-/autograder/source readable by root only.
+/autograder/source readable by root only. A late submission is penalised by
+the zip's late policy, from Gradescope's submission_metadata.json
+(`autograder.exports.gradescope_late`).
 
 Options of the export: `--secret-file FILE` packs the course secret into the zip (as
 `course_secret`, beside the hidden tests), and each student then gets hidden inputs of their own,
@@ -31,8 +35,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from autograder.exports import gradescope_late
 from autograder.paths import ROOT, chapters, graders_dir, solutions_dir
 from autograder.harness.sandbox import Limits, Sandbox
+from autograder.version import grader_version
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent  # autograder/
@@ -78,10 +84,11 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None
     zf.writestr(info, data)
 
 
-def export(chapter: str, out: Path, call_timeout: float = 10.0, secret: bytes = b"",
-           public_checks: Path | None = None, visibility: dict | None = None) -> Path:
+def export(chapter: str, out: Path, call_timeout: float = 10.0, settings: dict | None = None,
+           secret: bytes = b"", public_checks: Path | None = None, visibility: dict | None = None) -> Path:
     """Write the Gradescope autograder zip for `chapter` to `out` (atomically); return its path.
 
+    `settings`: more of gradescope.json, e.g. {"late_policy": "per-day:10", "late_cap": 50};
     `secret`: the course secret (per-student hidden inputs); `public_checks`: a public-checks file of the
     chapter; `visibility`: Gradescope visibilities of "result", "hidden_tests", "public_checks".
     """
@@ -96,8 +103,8 @@ def export(chapter: str, out: Path, call_timeout: float = 10.0, secret: bytes = 
             for script in SCRIPTS:
                 _add(zf, script, (TEMPLATE / script).read_bytes(), 0o755)
             _add(zf, "requirements.txt", requirements().encode())
-            config = {"chapter": chapter, "call_timeout": call_timeout,
-                      "visibility": {**DEFAULT_VISIBILITY, **(visibility or {})}}
+            config = {"chapter": chapter, "call_timeout": call_timeout, "grader_version": grader_version(chapter),
+                      "visibility": {**DEFAULT_VISIBILITY, **(visibility or {})}, **(settings or {})}
             _add(zf, "gradescope.json", json.dumps(config).encode())
             for name, path in bundle(chapter).items():
                 _add(zf, name, path.read_bytes())
@@ -110,6 +117,24 @@ def export(chapter: str, out: Path, call_timeout: float = 10.0, secret: bytes = 
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def check_zip(path: Path) -> tuple[bool, str]:
+    """(whether the zip grades with today's graders, what to tell the instructor): the grader version
+    it records against the chapter's as it is here (`autograder.version`)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            config = json.loads(zf.read("gradescope.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        return False, f"{path}: not an autograder zip of this course ({type(exc).__name__}: {exc})"
+    chapter, recorded = config.get("chapter"), config.get("grader_version")
+    current = grader_version(chapter)
+    if recorded == current:
+        return True, f"{path}: current ({chapter}, grader version {current})"
+    when = f"with grader version {recorded}" if recorded else "before zips recorded their grader version"
+    return False, (f"{path}: STALE: exported {when}; the graders, reference or harness of {chapter} have changed "
+                   f"since (now {current}). Export it again (python -m autograder export-gradescope {chapter}), "
+                   "upload it to Gradescope and regrade the submissions there.")
 
 
 # ---------------------------------------------------------------- running on Gradescope
@@ -174,7 +199,7 @@ def grade_here(root: Path) -> dict:
     result["extra_data"]["student_uid"] = getattr(box, "host_uid", None)
     set_visibility(result, seen["hidden_tests"], seen["result"])
     result["tests"] = public + result["tests"]
-    return result
+    return gradescope_late.apply(result, root, config)
 
 
 def run(root: Path) -> int:

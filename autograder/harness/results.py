@@ -1,4 +1,4 @@
-"""Gradescope's results.json shape, written atomically, and the summary table."""
+"""Gradescope's results.json shape, written atomically, and what a student reads of it in the terminal."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -87,15 +87,6 @@ def feedback_lines(header: str, load_failure: str | None, report: dict, printed:
     if printed:
         lines.append(label_student_output(printed))
     return lines
-
-
-def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:
-    """A plain-text table: submission, chapter, score, max, status."""
-    header = ("submission", "chapter", "score", "max", "status")
-    body = [(s, c or "-", f"{sc:g}", f"{mx:g}", st) for s, c, sc, mx, st in rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(5)]
-    fmt = "  ".join(f"{{:{'<' if i in (0, 1, 4) else '>'}{w}}}" for i, w in enumerate(widths))
-    return "\n".join(fmt.format(*r) for r in [header, *body])
 
 
 def function_report(result: dict) -> str:

@@ -45,6 +45,12 @@ def student_key(secret: bytes, student: str) -> bytes:
     return hmac.new(secret, b"student:" + student.encode(), hashlib.sha256).digest()
 
 
+def inputs_id(key: bytes | None) -> str | None:
+    """What results.json records of a student's inputs key (None: the shared inputs): a hash of the key,
+    so that a result graded under another secret, or without one, is not taken as current."""
+    return hashlib.sha256(key).hexdigest()[:16] if key else None
+
+
 def test_offset(key: bytes, test: str) -> int:
     """The seed offset of one test (`chapter:test_name`) for the student of `key`."""
     digest = hmac.new(key, test.encode(), hashlib.sha256).digest()

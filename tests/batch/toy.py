@@ -72,3 +72,23 @@ def toy_chapter(tmp_path, monkeypatch) -> Path:
     load_reference.cache_clear()
     yield tmp_path / "chapter"
     load_reference.cache_clear()
+
+
+OTHER = "99_toy"  # a second chapter (tests/hostile/chapter): its notebook handed in as the toy chapter's
+OTHER_DIR = ROOT / "tests" / "hostile" / "chapter"
+
+
+def add_other_chapter(chapter_dir: Path) -> None:
+    """Put the second toy chapter beside the first in a `toy_chapter` folder."""
+    shutil.copy(OTHER_DIR / f"{OTHER}.py", chapter_dir / "solutions")
+    shutil.copy(OTHER_DIR / f"test_{OTHER}.py", chapter_dir / "graders")
+
+
+def make_other_notebook(path: Path, metadata: bool = True) -> Path:
+    """A correct notebook of the other chapter at `path` (without its `course.chapter` when not `metadata`)."""
+    nb = jupytext.read(OTHER_DIR / f"{OTHER}.py")
+    if not metadata:
+        nb.metadata.pop("course", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(nb, path)
+    return path

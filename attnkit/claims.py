@@ -1,0 +1,211 @@
+"""Claims as code: what a chapter's text concludes from its experiment, checked on every run.
+
+A chapter exposes its experiment as a function of the seed and the thread count,
+decorated with `@experiment(chapter)`. It returns a dict of figures (name -> number,
+the names the text glues); other values (a model, a curve to plot) pass through to
+the page but are not figures. Calling it in the notebook glues every figure.
+
+A sentence that concludes something from those figures is a `claim`: a name, the
+sentence's wording, and a predicate over the figures of one run. The page shows
+whether it holds on this run and on every run of the claims check
+(`python -m course claims NN`: 5 seeds x the reference and the alternative
+solution x 1 and 2 threads, recorded in tests/claims/NN_name.json).
+
+    @experiment("07_transformer_xl")
+    def recall(seed: int = 0, threads: int = 1) -> dict:
+        torch.set_num_threads(threads)
+        ...
+        return {"ch07_acc_xl_far": ..., "ch07_acc_ctrl_far": ...}
+
+    figures = recall(seed=0, threads=1)      # the page's run: one of the check's runs
+    claim("xl_far_beats_control", "XL's far band beats the control by at least 0.1",
+          lambda g: g["ch07_acc_xl_far"] - g["ch07_acc_ctrl_far"] >= 0.1)
+    spread(["ch07_acc_xl_far", "ch07_acc_ctrl_far"])   # this run, mean and range over runs
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from attnkit.glue import glue
+
+RECORDS = Path(os.environ.get("ATTNKIT_CLAIMS_DIR", Path(__file__).resolve().parent.parent / "tests" / "claims"))
+EXPERIMENTS: dict[str, "Experiment"] = {}   # name -> experiment, in the order the notebook defines them
+CLAIMS: dict[str, "Claim"] = {}             # name -> claim, in the order the notebook states them
+THIS_RUN: dict[str, float] = {}             # the figures of the experiments called in this process
+CHAPTER: list[str] = []                     # the chapter whose record the page reads (set by @experiment)
+
+
+@dataclass
+class Experiment:
+    """A chapter's experiment: `fn(seed=, threads=)` returns its figures."""
+
+    chapter: str
+    name: str
+    fn: Callable[..., dict]
+    seeds: int = 5
+    threads: tuple[int, ...] = (1, 2)
+
+
+@dataclass
+class Claim:
+    """A sentence of the text, as a predicate over one run's figures."""
+
+    name: str
+    text: str
+    holds: Callable[[dict], bool]
+    at_least: float = 1.0      # the fraction of each implementation's runs in which it must hold
+
+    def check(self, figures: dict) -> bool | str:
+        """True or False on these figures; a message when the predicate cannot be evaluated."""
+        try:
+            return bool(self.holds(figures))
+        except KeyError as exc:
+            return f"figure {exc} not measured"
+
+
+def figures_of(result: Any) -> dict[str, float]:
+    """The numbers among an experiment's returned values (0-d tensors as floats)."""
+    out = {}
+    for name, value in (result or {}).items():
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def experiment(chapter: str, seeds: int = 5, threads: tuple[int, ...] = (1, 2)):
+    """Register `fn(seed=, threads=) -> dict` as `chapter`'s experiment; calling it glues its figures."""
+    def register(fn):
+        @functools.wraps(fn)
+        def run(*, seed: int, threads: int) -> dict:
+            result = fn(seed=seed, threads=threads)
+            figures = figures_of(result)
+            THIS_RUN.update(figures)
+            for name, value in figures.items():
+                glue(name, value)
+            return result
+        EXPERIMENTS[fn.__name__] = Experiment(chapter, fn.__name__, run, seeds, tuple(threads))
+        CHAPTER[:] = [chapter]
+        return run
+    return register
+
+
+# ---------------------------------------------------------------- the record of the claims check
+def load_record(chapter: str) -> dict | None:
+    """tests/claims/<chapter>.json, or None (a student's copy has no record)."""
+    path = RECORDS / f"{chapter}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_runs(record: dict | None) -> list[dict]:
+    """Every run of a record: {implementation, seed, threads, figures}, all experiments merged."""
+    runs: dict[tuple, dict] = {}
+    parts = (record or {}).get("implementations", {})
+    for impl, part in sorted(parts.items(), key=lambda kv: kv[0] != "reference"):
+        for r in part.get("runs", []):
+            key = (impl, r["seed"], r["threads"])
+            runs.setdefault(key, {"implementation": impl, "seed": r["seed"], "threads": r["threads"],
+                                  "figures": {}})["figures"].update(r["figures"])
+    return list(runs.values())
+
+
+def verdict(c: Claim, runs: list[dict]) -> dict:
+    """How often `c` holds in each implementation's runs, and whether that is often enough."""
+    by_impl: dict[str, list] = {}
+    for r in runs:
+        by_impl.setdefault(r["implementation"], []).append(c.check(r["figures"]))
+    held = {impl: sum(v is True for v in vs) for impl, vs in by_impl.items()}
+    total = {impl: len(vs) for impl, vs in by_impl.items()}
+    errors = sorted({v for vs in by_impl.values() for v in vs if isinstance(v, str)})
+    ok = bool(runs) and not errors and all(held[i] >= c.at_least * total[i] - 1e-9 for i in total)
+    return {"ok": ok, "held": held, "total": total, "errors": errors}
+
+
+def _runs_phrase(runs: list[dict]) -> str:
+    seeds = sorted({r["seed"] for r in runs})
+    impls = sorted({r["implementation"] for r in runs}, key=lambda i: i != "reference")
+    threads = sorted({r["threads"] for r in runs})
+    return (f"{len(seeds)} seeds × {' and '.join(impls)} solution × "
+            f"{' and '.join(map(str, threads))} thread{'s' if threads != [1] else ''}")
+
+
+# ---------------------------------------------------------------- on the page
+def _show_markdown(text: str) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        print(text)
+        return
+    if get_ipython() is None:
+        return
+    display(Markdown(text))
+
+
+def claim(name: str, text: str, holds: Callable[[dict], bool], at_least: float = 1.0) -> None:
+    """State a claim of the text; on the page, show whether it holds here and over the recorded runs.
+
+    `holds(g)` reads figures by name (`g["ch07_acc_xl_far"]`) from one run. `at_least` is the
+    fraction of each implementation's runs that must satisfy it: 1.0 for a sentence that says
+    so without qualification, 0.8 for "in 4 of 5 seeds" (and the text must say that).
+    """
+    c = CLAIMS[name] = Claim(name, text, holds, at_least)
+    here = c.check(THIS_RUN) if THIS_RUN else None
+    line = f"**Claim** `{name}`: {text}"
+    if here is not None:
+        line += f" This run: {'✓ holds' if here is True else '✗ ' + (here or 'does not hold')}."
+    runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
+    if runs:
+        v = verdict(c, runs)
+        counts = ", ".join(f"{v['held'][i]} of {v['total'][i]} {i} runs" for i in v["total"])
+        need = "" if at_least >= 1 else f" (needed: {at_least:.0%} of each)"
+        line += f" Claims check ({_runs_phrase(runs)}): {'✓' if v['ok'] else '✗'} {counts}{need}."
+    _show_markdown(line)
+
+
+def _moves_with(name: str, runs: list[dict]) -> str:
+    """Which of seed, threads, implementation change figure `name` (bit for bit) in the record."""
+    def value(impl, seed, threads):
+        return next((r["figures"].get(name) for r in runs if (r["implementation"], r["seed"], r["threads"])
+                     == (impl, seed, threads)), None)
+    seeds = sorted({r["seed"] for r in runs})
+    threads = sorted({r["threads"] for r in runs})
+    moves = []
+    if len({value("reference", s, threads[0]) for s in seeds}) > 1:
+        moves.append("seed")
+    if any(len({value("reference", s, t) for t in threads}) > 1 for s in seeds):
+        moves.append("threads")
+    if any(value("alternative", s, threads[0]) not in (None, value("reference", s, threads[0])) for s in seeds):
+        moves.append("implementation")
+    return ", ".join(moves) or "nothing (bit-identical in every run)"
+
+
+def spread(names: dict[str, str] | list[str], digits: int = 2) -> None:
+    """A table of this run's figures with their mean and range over the recorded runs.
+
+    `names` maps figure names to row labels (a list uses the names). The last column says
+    which of seed, thread count and implementation change the figure in the record.
+    """
+    labels = names if isinstance(names, dict) else {n: n for n in names}
+    runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
+    head = "| figure | this run |" + (" mean | min - max | changes with |" if runs else "")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for name, label in labels.items():
+        here = THIS_RUN.get(name)
+        row = f"| {label} | {'-' if here is None else f'{here:.{digits}f}'} |"
+        vals = [r["figures"][name] for r in runs if name in r["figures"]]
+        if runs and vals:
+            row += (f" {sum(vals) / len(vals):.{digits}f} | {min(vals):.{digits}f} - {max(vals):.{digits}f} |"
+                    f" {_moves_with(name, runs)} |")
+        elif runs:
+            row += " - | - | not recorded |"
+        rows.append(row)
+    note = (f"Over {len(runs)} runs of the claims check ({_runs_phrase(runs)})." if runs else
+            "No record of the claims check in this copy: this run's figures only.")
+    _show_markdown("\n".join(rows) + "\n\n" + note)
