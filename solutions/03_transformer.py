@@ -1369,8 +1369,8 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # We train a small model, $d_\text{model} = 64$, 4 heads, 2 encoder and 2
 # decoder layers, $d_{ff} = 128$, with the paper's training recipe: label
 # smoothing $\epsilon = 0.1$, Adam with $\beta_1 = 0.9$, $\beta_2 = 0.98$,
-# $\epsilon = 10^{-9}$, the warm-up schedule (`noam_lr`, 200 warm-up steps)
-# and dropout 0.1, for 400 steps of 64 random training pairs (a short run,
+# $\epsilon = 10^{-9}$, the warm-up schedule (`noam_lr`, 100 warm-up steps)
+# and dropout 0.1, for 300 steps of 64 random training pairs (a short run,
 # so that the claims check can afford 20 of them). Three choices
 # differ from the paper: the embeddings are not tied to the output layer,
 # $d_{ff}$ is twice $d_\text{model}$, not four times, and the gradient norm
@@ -1402,7 +1402,7 @@ SRC = src_vocab.encode_batch([s for s, _ in train_pairs]).to(device)           #
 TGT = tgt_vocab.encode_batch([t for _, t in train_pairs], bos=True, eos=True)
 TGT = TGT.to(device)                                                # (N, 12): <bos> y <eos>
 test_src, test_tgt = [s for s, _ in test_pairs], [t for _, t in test_pairs]
-D_MODEL, WARMUP, BATCH, N_BEAM = 64, 200, 64, 50
+D_MODEL, WARMUP, BATCH, N_BEAM = 64, 100, 64, 40
 BOS, EOS = tgt_vocab.bos_id, tgt_vocab.eos_id
 beam_src = src_vocab.encode_batch(test_src[:N_BEAM]).to(device)                 # (N_BEAM, S)
 
@@ -1429,7 +1429,7 @@ def smoothed_loss(model: Transformer, idx: torch.Tensor) -> float:
 
 @experiment("03_transformer")
 def dates(seed: int = 0, threads: int = 1) -> dict:
-    """Train the date translator (400 steps, the paper's recipe); greedy and beam search."""
+    """Train the date translator (300 steps, the paper's recipe); greedy and beam search."""
     if device.type == "cpu":
         torch.set_num_threads(threads)
     g = attnkit.seed_everything(seed)               # the initial weights, dropout and batches
@@ -1445,7 +1445,7 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
     opt = torch.optim.Adam(net.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     started = time.perf_counter()
     # TrainConfig clips the gradient norm at 1.0 by default (clip=1.0)
-    losses = train(net, date_loss, TrainConfig(steps=400, desc="dates"), optimizer=opt,
+    losses = train(net, date_loss, TrainConfig(steps=300, desc="dates"), optimizer=opt,
                    schedule=lambda s: noam_lr(s, D_MODEL, WARMUP))
     out = {"net": net, "losses": losses, "ch03_train_seconds": time.perf_counter() - started}
     net.eval()
@@ -1470,7 +1470,6 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
         "nbest1_k2": lambda s: transformer_beam_search(net, s, BOS, EOS, 2, 12, 1)[0][0],
         "nbest1_k4": lambda s: transformer_beam_search(net, s, BOS, EOS, 4, 12, 1)[0][0],
         "nbest1_k8": lambda s: transformer_beam_search(net, s, BOS, EOS, 8, 12, 1)[0][0],
-        "nbest4_k4": lambda s: transformer_beam_search(net, s, BOS, EOS, 4, 12, 4)[0][0],
         "done_a06_k1": lambda s: beam_search_until_done(net, s, BOS, EOS, 1, 12, 0.6)[0],
         "done_a06_k4": lambda s: beam_search_until_done(net, s, BOS, EOS, 4, 12, 0.6)[0],
     }
@@ -1503,7 +1502,7 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
         "ch03_train_mode_loss": "the same with dropout"}, digits=3)
 
 # %% [markdown]
-# After 400 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
+# After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
 # 2000 held-out dates exactly right with greedy decoding. (The training
 # took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
 # the time depends on the machine and on what else it runs.) With label
@@ -1530,8 +1529,8 @@ claim("gap_is_mostly_dropout", "Without dropout the objective is closer to the f
 # %% [markdown]
 # ### Beam search and its stopping rule
 #
-# Now the searches, on the first 50 test dates: chapter 1's rule with
-# `n_best=1` at beams of 2, 4 and 8, and with `n_best=4` at a beam of 4;
+# Now the searches, on the first 40 test dates: chapter 1's rule with
+# `n_best=1` at beams of 2, 4 and 8;
 # and the standard search of the three points above
 # (`beam_search_until_done`) with the paper's length penalty,
 # $\alpha = 0.6$, at a beam of 4 and at a beam of 1.
@@ -1540,7 +1539,6 @@ claim("gap_is_mostly_dropout", "Without dropout the objective is closer to the f
 names = {"nbest1_k2": "chapter 1's rule, n_best=1, beam 2",
          "nbest1_k4": "chapter 1's rule, n_best=1, beam 4",
          "nbest1_k8": "chapter 1's rule, n_best=1, beam 8",
-         "nbest4_k4": "chapter 1's rule, n_best=4, beam 4",
          "done_a06_k1": "until done, alpha=0.6, beam 1",
          "done_a06_k4": "until done, alpha=0.6, beam 4"}
 print(f"  {'greedy':36s} {run['ch03_greedy_beamset']:5.1f}%")
@@ -1555,7 +1553,7 @@ rows |= {"ch03_nbest1_cut": "n_best=1, beam 4: wrong, the reference cut short",
 spread(rows, digits=1)
 
 # %% [markdown]
-# On these 50 dates greedy decoding scores
+# On these 40 dates greedy decoding scores
 # {glue:text}`ch03_greedy_beamset:.1f`%. Chapter 1's rule with `n_best=1`
 # loses dates: {glue:text}`ch03_beam_nbest1_k4:.1f`% at a beam of 4 in this
 # run. The search ends as soon as one hypothesis is finished, and among the
@@ -1572,9 +1570,7 @@ spread(rows, digits=1)
 # the thread count and the solution. The wider the beam, the more such
 # extensions it keeps: at a beam of 2 it scores
 # {glue:text}`ch03_beam_nbest1_k2:.1f`%, at 8
-# {glue:text}`ch03_beam_nbest1_k8:.1f`%. Asking for `n_best=4` keeps the
-# search going until four hypotheses are finished and returns the best
-# ({glue:text}`ch03_beam_nbest4_k4:.1f`%). The standard search, with a full
+# {glue:text}`ch03_beam_nbest1_k8:.1f`%. The standard search, with a full
 # beam until no live hypothesis can win, recovers the greedy accuracy at a
 # beam of 4 ({glue:text}`ch03_beam_done_a06_k4:.1f`%), and so it does at a
 # beam of 1 ({glue:text}`ch03_beam_done_a06_k1:.1f`%). On this task the stopping rule
@@ -1591,11 +1587,9 @@ claim("nbest1_below_greedy", "Chapter 1's rule with n_best=1 (beam 4) loses date
       lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"])
 claim("nbest1_worse_when_wider", "With n_best=1, a beam of 8 scores no better than a beam of 2.",
       lambda g: g["ch03_beam_nbest1_k8"] <= g["ch03_beam_nbest1_k2"])
-claim("nbest4_recovers", "With n_best=4, chapter 1's rule is within one date (2 points) of greedy.",
-      lambda g: abs(g["ch03_beam_nbest4_k4"] - g["ch03_greedy_beamset"]) <= 2)
-claim("complete_search_recovers", "The standard search (alpha 0.6) is within one date (2 points) "
+claim("complete_search_recovers", "The standard search (alpha 0.6) is within one date (2.5 points) "
       "of greedy, at beams 1 and 4.",
-      lambda g: all(abs(g[f"ch03_beam_{k}"] - g["ch03_greedy_beamset"]) <= 2
+      lambda g: all(abs(g[f"ch03_beam_{k}"] - g["ch03_greedy_beamset"]) <= 2.5 + 1e-9
                     for k in ("done_a06_k4", "done_a06_k1")))
 claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
       "reference that is not a prefix of it.",
@@ -1680,7 +1674,7 @@ attention_view(cross_all, tgt_tokens, src_tokens,
 # analysis, below.) We test that on a 4-layer encoder-only model that tags
 # each position of a random string of 10 digits with the digit at the
 # mirrored position (reversal, position by position), with Adam at a large
-# learning rate, $10^{-2}$, with and without a 50-step linear warm-up, 150
+# learning rate, $10^{-2}$, with and without a 50-step linear warm-up, 100
 # steps of 32 strings, no dropout (small, so that the claims check can
 # afford 20 runs of it). As everywhere in this chapter, `train`
 # clips the gradient norm at 1.0 (`TrainConfig`'s default). The experiment
@@ -1713,7 +1707,7 @@ class Tagger(nn.Module):
 
 
 def train_tagger(layer_cls: type, lr: float, warmup: int, seed: int,
-                 steps: int = 150) -> list[float]:
+                 steps: int = 100) -> list[float]:
     """Train a fresh 4-layer tagger on digit reversal (gradient clipping at 1.0); the losses."""
     torch.manual_seed(seed)
     model = Tagger(layer_cls, 10).to(device)
@@ -1765,7 +1759,7 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 # One run proves little. The table under the figure gives each final loss
 # over the claims check's runs (seeds 0 to 4, one and two threads, this
 # solution and an independent one). The thread count alone changes the
-# order of the floating-point sums, and over 150 steps of a 4-layer
+# order of the floating-point sums, and over 100 steps of a 4-layer
 # post-norm model that moves a final loss a long way; the table's last
 # column says which figures moved with what. What holds in every run is
 # stated as claims below: post-norm at this learning rate needs the
