@@ -1383,8 +1383,8 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # testing) are fixed. The page runs seed 0 on one thread. The claims check
 # runs seeds 0 to 4 on one and two threads, with this solution and with an
 # independent one, and the tables below show the spread: the thread count
-# alone changes the trained weights after a few steps, and with them every
-# figure.
+# alone changes the trained weights after a few steps, and with them the
+# figures (the tables' last column says which moved with what).
 
 # %% tags=["skip-grading", "hide-input"]
 import time
