@@ -1503,7 +1503,9 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 
 # %% [markdown]
 # After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
-# 2000 held-out dates exactly right with greedy decoding. (The training
+# 2000 held-out dates exactly right with greedy decoding, and over 90% in
+# every run of the claims check (the table above gives the spread).
+# (The training
 # took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
 # the time depends on the machine and on what else it runs.) With label
 # smoothing the training loss cannot go to 0: its lowest possible value is
@@ -1512,19 +1514,22 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 # {glue:text}`ch03_final_loss:.3f`, is close to it. What keeps it above?
 # On 20 fixed training batches the same objective is
 # {glue:text}`ch03_train_mode_loss:.3f` with dropout on and
-# {glue:text}`ch03_eval_loss:.3f` in eval mode, so most of the gap is
-# dropout; the rest is the dates the model still gets wrong.
+# {glue:text}`ch03_eval_loss:.3f` in eval mode: dropout raises the
+# objective in every run of the check, and makes most of the gap above the
+# floor in 9 of 10 runs of each solution.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("greedy_over_99", "Greedy decoding gets over 99% of the held-out dates right.",
-      lambda g: g["ch03_greedy_exact"] > 99)
+claim("greedy_over_90", "After 300 steps, greedy decoding gets over 90% of the held-out dates right.",
+      lambda g: g["ch03_greedy_exact"] > 90)
 claim("loss_near_floor", "The training loss ends within 0.05 of its floor.",
       lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.05)
-claim("gap_is_mostly_dropout", "Without dropout the objective is closer to the floor than with it: "
-      "dropout makes most of the gap.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
-      < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]))
+claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode than with "
+      "dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
+claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
+      "above the floor.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
+      < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]), at_least=0.9)
 
 # %% [markdown]
 # ### Beam search and its stopping rule
@@ -1571,12 +1576,16 @@ spread(rows, digits=1)
 # extensions it keeps: at a beam of 2 it scores
 # {glue:text}`ch03_beam_nbest1_k2:.1f`%, at 8
 # {glue:text}`ch03_beam_nbest1_k8:.1f`%. The standard search, with a full
-# beam until no live hypothesis can win, recovers the greedy accuracy at a
-# beam of 4 ({glue:text}`ch03_beam_done_a06_k4:.1f`%), and so it does at a
-# beam of 1 ({glue:text}`ch03_beam_done_a06_k1:.1f`%). On this task the stopping rule
-# decides the result and the width does not: a complete search gains
-# nothing from a wider beam over greedy decoding, which is already right
-# almost every time. Beam search's gains show on real translation, where
+# beam until no live hypothesis can win, scores
+# {glue:text}`ch03_beam_done_a06_k1:.1f`% at a beam of 1, the same as greedy
+# decoding in every run of the check, and
+# {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: never more than
+# greedy, and at most two dates fewer. On this task the stopping rule
+# matters far more than the width: in every run, chapter 1's rule at a beam
+# of 4 loses more dates against the standard search at the same width than
+# the standard search loses or gains by going from a beam of 1 to 4. A
+# complete search gains nothing here from a wider beam over greedy
+# decoding. Beam search's gains show on real translation, where
 # the locally best word is often not on the best path (the paper's beam of
 # 4 with $\alpha = 0.6$ was tuned on English-German development data).
 
@@ -1587,10 +1596,15 @@ claim("nbest1_below_greedy", "Chapter 1's rule with n_best=1 (beam 4) loses date
       lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"])
 claim("nbest1_worse_when_wider", "With n_best=1, a beam of 8 scores no better than a beam of 2.",
       lambda g: g["ch03_beam_nbest1_k8"] <= g["ch03_beam_nbest1_k2"])
-claim("complete_search_recovers", "The standard search (alpha 0.6) is within one date (2.5 points) "
-      "of greedy, at beams 1 and 4.",
-      lambda g: all(abs(g[f"ch03_beam_{k}"] - g["ch03_greedy_beamset"]) <= 2.5 + 1e-9
-                    for k in ("done_a06_k4", "done_a06_k1")))
+claim("beam1_is_greedy", "The standard search at a beam of 1 scores the same as greedy decoding.",
+      lambda g: g["ch03_beam_done_a06_k1"] == g["ch03_greedy_beamset"])
+claim("beam4_no_gain", "At a beam of 4 the standard search scores no more than greedy, and at most "
+      "two dates (5 points) fewer.", lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
+      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"])
+claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more against the "
+      "standard search than the standard search changes between beams 1 and 4.",
+      lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
+      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]))
 claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
       "reference that is not a prefix of it.",
       lambda g: g["ch03_nbest1_skip"] >= 1, at_least=0.2)
@@ -1751,8 +1765,9 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 
 # %% [markdown]
 # In this run, post-norm without warm-up does not learn at all: its loss
-# stays at {glue:text}`ch03_norm_post_nowarm:.2f`, the $\ln 10 \approx 2.30$
-# of a uniform guess. With the warm-up it learns, to
+# stays at {glue:text}`ch03_norm_post_nowarm:.2f`, near the
+# $\ln 10 \approx 2.30$ of a uniform guess (above 2.2 in every run of the
+# check). With the warm-up it learns, to
 # {glue:text}`ch03_norm_post_warm:.3f`. Pre-norm learns the task without
 # warm-up ({glue:text}`ch03_norm_pre_nowarm:.3f`).
 #
@@ -1773,8 +1788,8 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its loss stays within "
-      "0.05 of ln 10, a uniform guess.", lambda g: abs(g["ch03_norm_post_nowarm"] - 2.3026) < 0.05)
+claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its final loss stays above "
+      "2.2 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.2)
 claim("postnorm_learns_with_warmup", "With the warm-up, post-norm learns (final loss below 1).",
       lambda g: g["ch03_norm_post_warm"] < 1)
 claim("prenorm_learns_without_warmup", "Pre-norm learns without the warm-up (final loss below 1).",
@@ -1919,8 +1934,8 @@ plt.show()
 # * The decoder adds a causal mask and cross-attention to the encoder
 #   output; training uses teacher forcing, label smoothing and the warm-up
 #   schedule (with gradient clipping at 1.0 here); inference decodes
-#   greedily or with beam search, whose stopping rule decided the result on
-#   the dates, where its width did not.
+#   greedily or with beam search, whose stopping rule mattered far more
+#   than its width on the dates.
 # * Self-attention is parallel with $O(1)$ path length, at a cost quadratic
 #   in the sequence length.
 #
