@@ -1505,8 +1505,7 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 # After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
 # 2000 held-out dates exactly right with greedy decoding, and over 90% in
 # every run of the claims check (the table above gives the spread).
-# (The training
-# took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
+# (The training took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
 # the time depends on the machine and on what else it runs.) With label
 # smoothing the training loss cannot go to 0: its lowest possible value is
 # the entropy of the smoothed target distribution,
@@ -1569,8 +1568,8 @@ spread(rows, digits=1)
 # {glue:text}`ch03_nbest1_skip` are shorter but not a prefix of it,
 # typically with a digit skipped in the middle (the printed list above
 # shows the first few): every hypothesis advances one token per step, so
-# one that skips a token reaches `<eos>` a step earlier. How many dates it loses depends on how often such a near-zero
-# `<eos>` ranks among the best extensions, which changes with every detail
+# one that skips a token reaches `<eos>` a step earlier. How many dates
+# it loses depends on how often such a near-zero `<eos>` ranks among the best extensions, which changes with every detail
 # of the trained weights: the table shows how far it moves with the seed,
 # the thread count and the solution. The wider the beam, the more such
 # extensions it keeps: at a beam of 2 it scores
@@ -1581,7 +1580,7 @@ spread(rows, digits=1)
 # decoding in every run of the check, and
 # {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: never more than
 # greedy, and at most two dates fewer. On this task the stopping rule
-# matters far more than the width: in every run, chapter 1's rule at a beam
+# matters more than the width: in every run, chapter 1's rule at a beam
 # of 4 loses more dates against the standard search at the same width than
 # the standard search loses or gains by going from a beam of 1 to 4. A
 # complete search gains nothing here from a wider beam over greedy
@@ -1934,8 +1933,8 @@ plt.show()
 # * The decoder adds a causal mask and cross-attention to the encoder
 #   output; training uses teacher forcing, label smoothing and the warm-up
 #   schedule (with gradient clipping at 1.0 here); inference decodes
-#   greedily or with beam search, whose stopping rule mattered far more
-#   than its width on the dates.
+#   greedily or with beam search, whose stopping rule mattered more than
+#   its width on the dates (in every run of the claims check).
 # * Self-attention is parallel with $O(1)$ path length, at a cost quadratic
 #   in the sequence length.
 #
