@@ -1241,7 +1241,10 @@ plt.show()
 #    does the sense column change?
 # 5. **Layer normalisation in the mix.** Peters et al. optionally normalise
 #    every layer before the scalar mix. Implement it, and compare the
-#    learned weights with and without.
+#    learned weights with and without. (AllenNLP's `ScalarMix` normalises
+#    each layer as a whole, with one mean and one variance over all its
+#    non-padding values, not each token's vector on its own as a
+#    `LayerNorm` would; try both.)
 
 # %% [markdown]
 # ## References
