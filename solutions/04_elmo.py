@@ -347,8 +347,10 @@ class BiLM(nn.Module):
     contextualize(x (B, T, d), mask (B, T) bool) -> states (n_layers + 1, B, T, 2d):
       states[0] = [x; x]; states[j] = [fwd_j; bwd_j] where fwd_j = fwd_lstms[j-1] run over fwd_{j-1}
       (fwd_0 = x), and bwd_j is the same with bwd_lstms over the sentence reversed with
-      reverse_padded(., mask), its outputs reversed back. Zero initial states.
-      Only the states at real positions are specified.
+      reverse_padded(., mask), its outputs reversed back. Zero initial states. Every LSTM runs
+      over all T positions, padding included: at a padding position the forward state has read
+      the sentence then the pads, the backward state the reversed sentence then the pads (no
+      packing, no zeroing; bilm_loss's backward target at the first pad depends on it).
     forward(chars (B, T, C)) -> contextualize(token_repr(chars), mask)
       with mask = (chars != 0).any(-1).
     lm_logits(states) -> (fwd_logits, bwd_logits), each (B, T, vocab_size): the softmax layer

@@ -365,7 +365,9 @@ class BertEmbeddings(nn.Module):
     Attributes: `token` = nn.Embedding(vocab_size, d_model), `segment` =
     nn.Embedding(n_segments, d_model), `position` = nn.Embedding(max_len,
     d_model) (learned; position t uses row t, t = 0..T-1), `norm` =
-    nn.LayerNorm(d_model, eps=eps), `dropout` = nn.Dropout(dropout).
+    nn.LayerNorm(d_model, eps=eps), `dropout` = nn.Dropout(dropout). These are its
+    parameters, loaded by name for grading; a buffer you register yourself (a Hugging
+    Face-style `position_ids`) is not loaded and keeps its own value.
     forward(input_ids (B, T) long, token_type_ids (B, T) long or None, meaning
     all segment 0) -> (B, T, d_model).
     """
@@ -705,7 +707,9 @@ def text_infilling(tokens: list[int], mask_id: int, mask_ratio: float = 0.3,
     drawn from Poisson(poisson_lambda) until they reach k (the last one shortened so the
     total is exactly k; zero-length spans kept). The spans go, in order, into distinct
     gaps between the kept tokens chosen uniformly at random; each span becomes a single
-    mask_id. Returns a new list of ints. Raises ValueError if there are more spans than gaps.
+    mask_id. With k = 0 (mask_ratio = 0, or a text too short) no span is drawn: the tokens come
+    back unchanged, with no mask. Returns a new list of ints. Raises ValueError if there are
+    more spans than gaps.
     """
     ### BEGIN SOLUTION
     n = len(tokens)
