@@ -106,14 +106,18 @@ _ = torch.manual_seed(0)
 # row (the wart below).
 # The wart: in a padded row the backward logits at the first padding
 # position predict the `</s>` before it. The contract counts that target
-# (it is not a pad), although the state there is not specified: the
-# docstring of `BiLM` fixes only the states at real positions. In our
-# `BiLM` the backward LSTM runs on over the padding after the reversed
-# sentence, so the state at the first pad has read the whole sentence and
-# the target is nearly free; a `BiLM` that packs its sequences (chapter 1's
-# idiom) leaves a zero state there, and the target costs what the softmax's
-# bias alone gives `</s>`. The experiment below reports this target's loss,
-# and the loss over real predicting positions only.
+# (it is not a pad), so it also fixes the state there: the docstring of
+# `BiLM` says that every LSTM runs on over the padding (no packing, no
+# zeroing), and a grader checks the states at the pads. The backward LSTM
+# reads the reversed sentence and then the pads, so its state at the first
+# pad has read the whole sentence, and the target is nearly free (the
+# experiment below measures it). A `BiLM` that packs its sequences
+# (chapter 1's idiom) is a fine biLM, but another model of this contract:
+# it leaves a zero state at the pads, the target then costs what the
+# softmax's bias alone gives `</s>`, and its loss is not comparable with
+# ours. The experiment below reports this target's loss,
+# and the loss over real predicting positions only, which does not depend
+# on what happens at the pads.
 #
 # **Causality** is what makes this a language model and not a copying
 # machine: $\overrightarrow{h}_{k,j}$ must not depend on any token after
@@ -887,15 +891,21 @@ plt.show()
 # {glue:text}`ch04_held_ppl_contract:.1f`). That figure includes the wart
 # of the contract: {glue:text}`ch04_held_wart_share:.1f`% of the backward
 # targets are a `</s>` predicted from the first padding position, here at a
-# loss of {glue:text}`ch04_held_wart_loss:.4f` (our `BiLM` runs the backward
-# LSTM on over the padding, so the state there has read the whole sentence;
-# a `BiLM` that packs its sequences gives another figure). Over real
+# loss of {glue:text}`ch04_held_wart_loss:.4f` (the contract's backward
+# LSTM runs on over the padding, so the state there has read the whole
+# sentence; a `BiLM` that packed its sequences would pay far more). Over real
 # predicting positions only the loss is {glue:text}`ch04_held_real:.2f`
 # nats, a perplexity of {glue:text}`ch04_held_ppl_real:.1f`: at every
 # position each direction is, on average, as unsure as a uniform choice
 # among that many words, which is what a grammar that draws its words at
 # random allows (a uniform guess over the vocabulary would be a perplexity of
 # {glue:text}`ch04_vocab`, its size with `<pad>` and `<unk>`).
+
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.claims import claim
+
+claim("wart_nearly_free", "The backward target at the first pad costs less than 0.01 nats.",
+      lambda g: g["ch04_held_wart_loss"] < 0.01)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch04_lm_loss": "training loss, last 50 steps (nats)",
@@ -1093,8 +1103,9 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 
 # %% [markdown]
 # Under layer 0 the unseen words *banks* and *banker* are among the
-# nearest word types of *bank* (ranks {glue:text}`ch04_rank_banks` and
-# {glue:text}`ch04_rank_banker` among {glue:text}`ch04_n_other_types`, cosine
+# 5 nearest word types of *bank* in every run of the check (here ranks
+# {glue:text}`ch04_rank_banks` and {glue:text}`ch04_rank_banker` among
+# {glue:text}`ch04_n_other_types`, cosine
 # {glue:text}`ch04_cos_banks:.2f` and {glue:text}`ch04_cos_banker:.2f`):
 # the character CNN places words it never saw near the words that share
 # their letters. The other near ones (printed above)
@@ -1112,9 +1123,9 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 # cosine ranking (a cosine is not shift-invariant in general).
 
 # %% tags=["skip-grading", "hide-input"]
-claim("unseen_words_near_bank", "Under layer 0 the unseen banks and banker are among the 3 nearest "
+claim("unseen_words_near_bank", "Under layer 0 the unseen banks and banker are among the 5 nearest "
       "word types of bank.",
-      lambda g: max(g["ch04_rank_banks"], g["ch04_rank_banker"]) <= 3)
+      lambda g: max(g["ch04_rank_banks"], g["ch04_rank_banker"]) <= 5)
 claim("neighbours_share_sense", "Under layer 2 at least 90% of the 10 nearest occurrences of bank "
       "share its sense, and under ELMo within 3 points of that.",
       lambda g: g["ch04_nn_layer2"] >= 90 and abs(g["ch04_nn_ELMo"] - g["ch04_nn_layer2"]) <= 3)

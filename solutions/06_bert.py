@@ -1376,7 +1376,8 @@ claim("concat_gain_is_width", "The concatenation projected to the width of one l
 # **Through a linear probe.** The head is only one reader of the last
 # layer, and the 100%-`[MASK]` model's head was never trained at a real
 # token. So we also train a linear probe on the frozen last layer to name
-# the word at every real token of the clean tagging sentences (62 classes;
+# the word at every real token of the clean tagging sentences
+# ({glue:text}`ch06_vocab_size` classes;
 # trained on the 1000 training sentences, scored on the 500 dev sentences),
 # and score the MLM head on the same tokens.
 
@@ -1407,8 +1408,8 @@ spread({f"ch06_{m}_{k}": f"{label}, {name}" for m, label in
 # model's last layer at {glue:text}`ch06_ident_last_allmask:.1f`% (the
 # 80/10/10 model's at {glue:text}`ch06_ident_last_801010:.1f`%): the word is
 # there; the head, never asked to name a real token, does not read it out.
-# So the head's 10% against 60% shows what each model was trained to output,
-# not that one representation forgot the word. Neither tiny model learned
+# So the gap between the two heads shows what each model was trained to
+# output, not that one representation forgot the word. Neither tiny model learned
 # to correct a randomly replaced token from context
 # ({glue:text}`ch06_probe_replaced_801010:.1f`% and
 # {glue:text}`ch06_probe_replaced_allmask:.1f`%, no better than at
