@@ -976,7 +976,9 @@ print(f"sense, layer 1 against layer 2: {run['ch04_sense_only1']} banks read onl
 # other words have one part of speech each, which the characters give away:
 # hence layer 0's high score on all words. The **LSTM layers are
 # contextual**: both read the part of speech of *stick, fish, watch, duck*
-# from the syntax around them, and the sense of *bank* far above layer 0.
+# from the syntax around them, and the sense of *bank* far above layer 0
+# (at least 20 points above it in every run; layer 1's score moves a lot
+# from run to run, see the range below).
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -986,9 +988,9 @@ claim("layer0_static", "Layer 0 reads the ambiguous words' part of speech no bet
       lambda g: g["ch04_posamb_layer0"] <= 70
       and g["ch04_sense_layer0"] <= g["ch04_sense_majority"] + 1e-6)
 claim("lstm_layers_contextual", "Both LSTM layers read the ambiguous words' part of speech at 95% "
-      "or more, and the sense of bank at least 30 points above layer 0.",
+      "or more, and the sense of bank at least 20 points above layer 0.",
       lambda g: min(g["ch04_posamb_layer1"], g["ch04_posamb_layer2"]) >= 95
-      and min(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) >= g["ch04_sense_layer0"] + 30)
+      and min(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) >= g["ch04_sense_layer0"] + 20)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
