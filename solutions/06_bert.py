@@ -1336,9 +1336,9 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # {glue:text}`ch06_last_minus_emb_hi:.1f`); its sign changes with the seed.
 #
 # Which orderings can be trusted? The contextual rows are within a few
-# points of each other, about the noise of a 500-sentence dev set, and they reorder
-# from run to run (the table above gives each row's range over the runs of
-# the check). The concatenation of the last four layers is
+# points of each other, about the noise of a 500-sentence dev set, and
+# they reorder from run to run (the table above gives each row's range
+# over the runs of the check). The concatenation of the last four layers is
 # {glue:text}`ch06_concat_minus_last:.1f` F1 away from the last layer here
 # (interval {glue:text}`ch06_concat_minus_last_lo:.1f` to
 # {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
