@@ -987,9 +987,9 @@ claim("layer0_static", "Layer 0 reads the ambiguous words' part of speech no bet
       "the sense of bank no better than the majority sense.",
       lambda g: g["ch04_posamb_layer0"] <= 70
       and g["ch04_sense_layer0"] <= g["ch04_sense_majority"] + 1e-6)
-claim("lstm_layers_contextual", "Both LSTM layers read the ambiguous words' part of speech at 95% "
+claim("lstm_layers_contextual", "Both LSTM layers read the ambiguous words' part of speech at 90% "
       "or more, and the sense of bank at least 20 points above layer 0.",
-      lambda g: min(g["ch04_posamb_layer1"], g["ch04_posamb_layer2"]) >= 95
+      lambda g: min(g["ch04_posamb_layer1"], g["ch04_posamb_layer2"]) >= 90
       and min(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) >= g["ch04_sense_layer0"] + 20)
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1008,9 +1008,9 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #
 # * **Syntax.** Our grammar has five slots and one LSTM step can resolve a
 #   word's slot, so both LSTM layers read the part of speech of
-#   *stick, fish, watch, duck* at or near 100% (the table above, and its
-#   range over the runs of the check): our toy cannot test the paper's
-#   claim.
+#   *stick, fish, watch, duck* at 90% or more, usually near 100% (the
+#   table above, and its range over the runs of the check): our toy
+#   cannot test the paper's claim.
 # * **Semantics.** Here the top layer reads the sense of *bank* at
 #   {glue:text}`ch04_sense_layer2:.1f`% and layer 1 at
 #   {glue:text}`ch04_sense_layer1:.1f`%; of the test's *bank*s,
@@ -1042,7 +1042,8 @@ claim("layer2_near_ceiling", "Layer 2 reads the sense within 2 points of the Bay
 # check it moves further still (the table below), with the seed, the thread
 # count and the implementation. So read no ranking of the layers into them.
 # The weights for part of speech carry no information at all: layers 1 and 2
-# both read it at 100% or nearly, so any weighting of them does too.
+# both read it at 90% or more, usually near 100%, so any weighting of them
+# does too.
 #
 # A learned mix can beat every single layer: Peters et al. find it better
 # than the top layer alone, by less than a point on their tasks (SQuAD
@@ -1231,7 +1232,7 @@ plt.show()
 #   fine-tune.
 # * Linear probes show that the LSTM layers hold the context (sense, part of
 #   speech) that layer 0 cannot, in every run of the claims check. On our
-#   toy data both LSTM layers read the part of speech at or near 100%, and
+#   toy data both LSTM layers read the part of speech at 90% or more, and
 #   the top layer reads the sense at least as well as layer 1, close to the
 #   Bayes-optimal ceiling; the size of that gap, and the learned weights,
 #   move with the seed, the thread count and the probe's budget.
