@@ -902,7 +902,7 @@ print(dec_layer.self_attn.attn[0, 0])   # the causal mask at work: position t at
 # vectors eight times larger than the positions they carry.
 # `benchmarks/bench_03_embed_scale.py` measures what that costs: it trains
 # the date model of the
-# experiment below (same recipe, 800 steps) with both inits,
+# experiment below (the same recipe, but 800 steps, twice the experiment's) with both inits,
 # $\mathcal N(0, d_\text{model}^{-1})$ and $\mathcal N(0, 1)$, for seeds 0
 # and 1, and prints the greedy exact match of each on the 2000 held-out
 # dates. Run once on 2026-11-23 (CPU, one thread, not run here): with
@@ -1369,8 +1369,9 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # We train a small model, $d_\text{model} = 64$, 4 heads, 2 encoder and 2
 # decoder layers, $d_{ff} = 128$, with the paper's training recipe: label
 # smoothing $\epsilon = 0.1$, Adam with $\beta_1 = 0.9$, $\beta_2 = 0.98$,
-# $\epsilon = 10^{-9}$, the warm-up schedule (`noam_lr`, 200 warm-up steps)
-# and dropout 0.1, for 800 steps of 64 random training pairs. Three choices
+# $\epsilon = 10^{-9}$, the warm-up schedule (`noam_lr`, 100 warm-up steps)
+# and dropout 0.1, for 300 steps of 64 random training pairs (a short run,
+# so that the claims check can afford 20 of them). Three choices
 # differ from the paper: the embeddings are not tied to the output layer,
 # $d_{ff}$ is twice $d_\text{model}$, not four times, and the gradient norm
 # is **clipped at 1.0**, the default of `attnkit.train`'s `TrainConfig`
@@ -1382,9 +1383,8 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # testing) are fixed. The page runs seed 0 on one thread. The claims check
 # runs seeds 0 to 4 on one and two threads, with this solution and with an
 # independent one, and the tables below show the spread: the thread count
-# alone changes the trained weights after a few steps, and with them every
-# figure. The training cell prints its own time, which depends on the
-# machine and on what else it runs.
+# alone changes the trained weights after a few steps, and with them the
+# figures (the tables' last column says which moved with what).
 
 # %% tags=["skip-grading", "hide-input"]
 import time
@@ -1402,7 +1402,7 @@ SRC = src_vocab.encode_batch([s for s, _ in train_pairs]).to(device)           #
 TGT = tgt_vocab.encode_batch([t for _, t in train_pairs], bos=True, eos=True)
 TGT = TGT.to(device)                                                # (N, 12): <bos> y <eos>
 test_src, test_tgt = [s for s, _ in test_pairs], [t for _, t in test_pairs]
-D_MODEL, WARMUP, BATCH, N_BEAM = 64, 200, 64, 100
+D_MODEL, WARMUP, BATCH, N_BEAM = 64, 100, 64, 40
 BOS, EOS = tgt_vocab.bos_id, tgt_vocab.eos_id
 beam_src = src_vocab.encode_batch(test_src[:N_BEAM]).to(device)                 # (N_BEAM, S)
 
@@ -1429,7 +1429,7 @@ def smoothed_loss(model: Transformer, idx: torch.Tensor) -> float:
 
 @experiment("03_transformer")
 def dates(seed: int = 0, threads: int = 1) -> dict:
-    """Train the date translator (800 steps, the paper's recipe); greedy and beam search."""
+    """Train the date translator (300 steps, the paper's recipe); greedy and beam search."""
     if device.type == "cpu":
         torch.set_num_threads(threads)
     g = attnkit.seed_everything(seed)               # the initial weights, dropout and batches
@@ -1445,7 +1445,7 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
     opt = torch.optim.Adam(net.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     started = time.perf_counter()
     # TrainConfig clips the gradient norm at 1.0 by default (clip=1.0)
-    losses = train(net, date_loss, TrainConfig(steps=800, desc="dates"), optimizer=opt,
+    losses = train(net, date_loss, TrainConfig(steps=300, desc="dates"), optimizer=opt,
                    schedule=lambda s: noam_lr(s, D_MODEL, WARMUP))
     out = {"net": net, "losses": losses, "ch03_train_seconds": time.perf_counter() - started}
     net.eval()
@@ -1470,8 +1470,6 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
         "nbest1_k2": lambda s: transformer_beam_search(net, s, BOS, EOS, 2, 12, 1)[0][0],
         "nbest1_k4": lambda s: transformer_beam_search(net, s, BOS, EOS, 4, 12, 1)[0][0],
         "nbest1_k8": lambda s: transformer_beam_search(net, s, BOS, EOS, 8, 12, 1)[0][0],
-        "nbest4_k4": lambda s: transformer_beam_search(net, s, BOS, EOS, 4, 12, 4)[0][0],
-        "done_a0_k4": lambda s: beam_search_until_done(net, s, BOS, EOS, 4, 12, 0.0)[0],
         "done_a06_k1": lambda s: beam_search_until_done(net, s, BOS, EOS, 1, 12, 0.6)[0],
         "done_a06_k4": lambda s: beam_search_until_done(net, s, BOS, EOS, 4, 12, 0.6)[0],
     }
@@ -1504,43 +1502,47 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
         "ch03_train_mode_loss": "the same with dropout"}, digits=3)
 
 # %% [markdown]
-# After 800 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
-# 2000 held-out dates exactly right with greedy decoding. With label
+# After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
+# 2000 held-out dates exactly right with greedy decoding, and over 90% in
+# every run of the claims check (the table above gives the spread).
+# (The training took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
+# the time depends on the machine and on what else it runs.) With label
 # smoothing the training loss cannot go to 0: its lowest possible value is
 # the entropy of the smoothed target distribution,
 # {glue:text}`ch03_loss_floor:.3f`, and the loss of the last 20 steps,
 # {glue:text}`ch03_final_loss:.3f`, is close to it. What keeps it above?
 # On 20 fixed training batches the same objective is
 # {glue:text}`ch03_train_mode_loss:.3f` with dropout on and
-# {glue:text}`ch03_eval_loss:.3f` in eval mode, so most of the gap is
-# dropout; the rest is the dates the model still gets wrong.
+# {glue:text}`ch03_eval_loss:.3f` in eval mode: dropout raises the
+# objective in every run of the check, and makes most of the gap above the
+# floor in 9 of 10 runs of each solution.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("greedy_over_99", "Greedy decoding gets over 99% of the held-out dates right.",
-      lambda g: g["ch03_greedy_exact"] > 99)
+claim("greedy_over_90", "After 300 steps, greedy decoding gets over 90% of the held-out dates right.",
+      lambda g: g["ch03_greedy_exact"] > 90)
 claim("loss_near_floor", "The training loss ends within 0.05 of its floor.",
       lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.05)
-claim("gap_is_mostly_dropout", "Without dropout the objective is closer to the floor than with it: "
-      "dropout makes most of the gap.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
-      < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]))
+claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode than with "
+      "dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
+claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
+      "above the floor.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
+      < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]), at_least=0.9)
 
 # %% [markdown]
 # ### Beam search and its stopping rule
 #
-# Now the searches, on the first 100 test dates: chapter 1's rule with
-# `n_best=1` at beams of 2, 4 and 8, and with `n_best=4` at a beam of 4;
+# Now the searches, on the first 40 test dates: chapter 1's rule with
+# `n_best=1` at beams of 2, 4 and 8;
 # and the standard search of the three points above
-# (`beam_search_until_done`) at a beam of 4 without a length penalty
-# ($\alpha = 0$) and with the paper's $\alpha = 0.6$, and at a beam of 1.
+# (`beam_search_until_done`) with the paper's length penalty,
+# $\alpha = 0.6$, at a beam of 4 and at a beam of 1.
 
 # %% tags=["skip-grading", "hide-input"]
 names = {"nbest1_k2": "chapter 1's rule, n_best=1, beam 2",
          "nbest1_k4": "chapter 1's rule, n_best=1, beam 4",
          "nbest1_k8": "chapter 1's rule, n_best=1, beam 8",
-         "nbest4_k4": "chapter 1's rule, n_best=4, beam 4",
-         "done_a0_k4": "until done, alpha=0, beam 4",
          "done_a06_k1": "until done, alpha=0.6, beam 1",
          "done_a06_k4": "until done, alpha=0.6, beam 4"}
 print(f"  {'greedy':36s} {run['ch03_greedy_beamset']:5.1f}%")
@@ -1551,11 +1553,11 @@ print("chapter 1's rule, n_best=1, beam 4, the first wrong outputs:",
 rows = {"ch03_greedy_beamset": "greedy (%)"}
 rows |= {f"ch03_beam_{k}": f"{n} (%)" for k, n in names.items()}
 rows |= {"ch03_nbest1_cut": "n_best=1, beam 4: wrong, the reference cut short",
-         "ch03_nbest1_skip": "n_best=1, beam 4: wrong, shorter with a token skipped"}
+         "ch03_nbest1_skip": "n_best=1, beam 4: wrong, shorter, not a prefix"}
 spread(rows, digits=1)
 
 # %% [markdown]
-# On these 100 dates greedy decoding scores
+# On these 40 dates greedy decoding scores
 # {glue:text}`ch03_greedy_beamset:.1f`%. Chapter 1's rule with `n_best=1`
 # loses dates: {glue:text}`ch03_beam_nbest1_k4:.1f`% at a beam of 4 in this
 # run. The search ends as soon as one hypothesis is finished, and among the
@@ -1563,25 +1565,26 @@ spread(rows, digits=1)
 # tiny probability, so a short hypothesis wins by finishing first. Of its
 # {glue:text}`ch03_nbest1_wrong` wrong dates here,
 # {glue:text}`ch03_nbest1_cut` are the reference cut short and
-# {glue:text}`ch03_nbest1_skip` are shorter with a digit skipped in the
-# middle (the printed list above shows the first few): every hypothesis advances
-# one token per step, so one that skips a token reaches `<eos>` a step
-# earlier. How many dates it loses depends on how often such a near-zero
-# `<eos>` ranks among the best extensions, which changes with every detail
+# {glue:text}`ch03_nbest1_skip` are shorter but not a prefix of it,
+# typically with a digit skipped in the middle (the printed list above
+# shows the first few): every hypothesis advances one token per step, so
+# one that skips a token reaches `<eos>` a step earlier. How many dates
+# it loses depends on how often such a near-zero `<eos>` ranks among the best extensions, which changes with every detail
 # of the trained weights: the table shows how far it moves with the seed,
 # the thread count and the solution. The wider the beam, the more such
 # extensions it keeps: at a beam of 2 it scores
 # {glue:text}`ch03_beam_nbest1_k2:.1f`%, at 8
-# {glue:text}`ch03_beam_nbest1_k8:.1f`%. Asking for `n_best=4` keeps the
-# search going until four hypotheses are finished and returns the best
-# ({glue:text}`ch03_beam_nbest4_k4:.1f`%). The standard search, with a full
-# beam until no live hypothesis can win, recovers the greedy accuracy with
-# or without the length penalty ({glue:text}`ch03_beam_done_a0_k4:.1f`% and
-# {glue:text}`ch03_beam_done_a06_k4:.1f`%), and so it does at a beam of 1
-# ({glue:text}`ch03_beam_done_a06_k1:.1f`%). On this task the stopping rule
-# decides the result and the width does not: a complete search gains
-# nothing from a wider beam over greedy decoding, which is already right
-# almost every time. Beam search's gains show on real translation, where
+# {glue:text}`ch03_beam_nbest1_k8:.1f`%. The standard search, with a full
+# beam until no live hypothesis can win, scores
+# {glue:text}`ch03_beam_done_a06_k1:.1f`% at a beam of 1, the same as greedy
+# decoding in every run of the check, and
+# {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: never more than
+# greedy, and at most two dates fewer. On this task the stopping rule
+# matters more than the width: in every run, chapter 1's rule at a beam
+# of 4 loses more dates against the standard search at the same width than
+# the standard search loses or gains by going from a beam of 1 to 4. A
+# complete search gains nothing here from a wider beam over greedy
+# decoding. Beam search's gains show on real translation, where
 # the locally best word is often not on the best path (the paper's beam of
 # 4 with $\alpha = 0.6$ was tuned on English-German development data).
 
@@ -1592,15 +1595,20 @@ claim("nbest1_below_greedy", "Chapter 1's rule with n_best=1 (beam 4) loses date
       lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"])
 claim("nbest1_worse_when_wider", "With n_best=1, a beam of 8 scores no better than a beam of 2.",
       lambda g: g["ch03_beam_nbest1_k8"] <= g["ch03_beam_nbest1_k2"])
-claim("nbest4_recovers", "With n_best=4, chapter 1's rule is within 1 point of greedy.",
-      lambda g: abs(g["ch03_beam_nbest4_k4"] - g["ch03_greedy_beamset"]) <= 1)
-claim("complete_search_recovers", "The standard search is within 1 point of greedy, at beams 1 "
-      "and 4, with and without the length penalty.",
-      lambda g: all(abs(g[f"ch03_beam_{k}"] - g["ch03_greedy_beamset"]) <= 1
-                    for k in ("done_a0_k4", "done_a06_k4", "done_a06_k1")))
-claim("skips_happen", "In at least one run in five, n_best=1 returns a date with a digit skipped.",
+claim("beam1_is_greedy", "The standard search at a beam of 1 scores the same as greedy decoding.",
+      lambda g: g["ch03_beam_done_a06_k1"] == g["ch03_greedy_beamset"])
+claim("beam4_no_gain", "At a beam of 4 the standard search scores no more than greedy, and at most "
+      "two dates (5 points) fewer.", lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
+      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"])
+claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more against the "
+      "standard search than the standard search changes between beams 1 and 4.",
+      lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
+      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]))
+claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
+      "reference that is not a prefix of it.",
       lambda g: g["ch03_nbest1_skip"] >= 1, at_least=0.2)
-#
+
+# %% [markdown]
 # ### What do the heads look at?
 #
 # We run the trained model on one test date with its own translation as
@@ -1676,20 +1684,22 @@ attention_view(cross_all, tgt_tokens, src_tokens,
 # pre-norm's do; a large learning rate on them is unstable early in
 # training, which is what the warm-up is for, and pre-norm can be trained
 # without it. (The picture of the identity path is closer to Liu et al.'s
-# analysis, below.) We test that on a 6-layer encoder-only model that tags
+# analysis, below.) We test that on a 4-layer encoder-only model that tags
 # each position of a random string of 10 digits with the digit at the
 # mirrored position (reversal, position by position), with Adam at a large
-# learning rate, $10^{-2}$, with and without a 100-step linear warm-up, 300
-# steps of 32 strings, no dropout. As everywhere in this chapter, `train`
+# learning rate, $10^{-2}$, with and without a 50-step linear warm-up, 100
+# steps of 32 strings, no dropout (small, so that the claims check can
+# afford 20 runs of it). As everywhere in this chapter, `train`
 # clips the gradient norm at 1.0 (`TrainConfig`'s default). The experiment
-# `norms(seed, threads)` trains all four; its seed sets the initial weights
+# `norms(seed, threads)` trains three: post-norm with and without the
+# warm-up, and pre-norm without it; its seed sets the initial weights
 # and the strings, and the page runs seed 0 on one thread.
 
 # %% tags=["skip-grading", "hide-input"]
 class Tagger(nn.Module):
     """Embedding + PE -> n_layers encoder layers (post- or pre-norm) -> per-position logits."""
 
-    def __init__(self, layer_cls: type, vocab: int, d_model: int = 64, n_layers: int = 6) -> None:
+    def __init__(self, layer_cls: type, vocab: int, d_model: int = 64, n_layers: int = 4) -> None:
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab, d_model)
@@ -1710,8 +1720,8 @@ class Tagger(nn.Module):
 
 
 def train_tagger(layer_cls: type, lr: float, warmup: int, seed: int,
-                 steps: int = 300) -> list[float]:
-    """Train a fresh 6-layer tagger on digit reversal (gradient clipping at 1.0); the losses."""
+                 steps: int = 100) -> list[float]:
+    """Train a fresh 4-layer tagger on digit reversal (gradient clipping at 1.0); the losses."""
     torch.manual_seed(seed)
     model = Tagger(layer_cls, 10).to(device)
     gen = torch.Generator().manual_seed(1 + seed)
@@ -1727,14 +1737,13 @@ def train_tagger(layer_cls: type, lr: float, warmup: int, seed: int,
 
 
 NORM_RUNS = {"post_nowarm": ("post-norm, no warm-up", EncoderLayer, 0),
-             "post_warm": ("post-norm, warm-up", EncoderLayer, 100),
-             "pre_nowarm": ("pre-norm, no warm-up", PreNormEncoderLayer, 0),
-             "pre_warm": ("pre-norm, warm-up", PreNormEncoderLayer, 100)}
+             "post_warm": ("post-norm, warm-up", EncoderLayer, 50),
+             "pre_nowarm": ("pre-norm, no warm-up", PreNormEncoderLayer, 0)}
 
 
 @experiment("03_transformer")
 def norms(seed: int = 0, threads: int = 1) -> dict:
-    """Post- and pre-norm taggers, with and without warm-up, at Adam lr 1e-2; final losses."""
+    """Post-norm taggers with and without warm-up, pre-norm without, at Adam lr 1e-2; final losses."""
     if device.type == "cpu":
         torch.set_num_threads(threads)
     out = {"curves": {}}
@@ -1747,7 +1756,7 @@ def norms(seed: int = 0, threads: int = 1) -> dict:
 # %% tags=["skip-grading", "hide-input"]
 norm_run = norms(seed=0, threads=1)
 curves(norm_run["curves"], smooth=20, ax=plt.figure(figsize=(7, 3.4)).gca())
-plt.title("6 layers, Adam lr 1e-2, gradient norm clipped at 1.0")
+plt.title("4 layers, Adam lr 1e-2, gradient norm clipped at 1.0")
 plt.show()
 for key, (name, _, _) in NORM_RUNS.items():
     print(f"{name:25s} mean loss of the last 20 steps: {norm_run[f'ch03_norm_{key}']:.3f}")
@@ -1755,40 +1764,40 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 
 # %% [markdown]
 # In this run, post-norm without warm-up does not learn at all: its loss
-# stays at {glue:text}`ch03_norm_post_nowarm:.2f`, the $\ln 10 \approx 2.30$
-# of a uniform guess. With the warm-up it learns, to
+# stays at {glue:text}`ch03_norm_post_nowarm:.2f`, near the
+# $\ln 10 \approx 2.30$ of a uniform guess (above 2.2 in every run of the
+# check). With the warm-up it learns, to
 # {glue:text}`ch03_norm_post_warm:.3f`. Pre-norm learns the task without
-# warm-up ({glue:text}`ch03_norm_pre_nowarm:.3f`) and with it
-# ({glue:text}`ch03_norm_pre_warm:.3f`).
+# warm-up ({glue:text}`ch03_norm_pre_nowarm:.3f`).
 #
 # One run proves little. The table under the figure gives each final loss
 # over the claims check's runs (seeds 0 to 4, one and two threads, this
 # solution and an independent one). The thread count alone changes the
-# order of the floating-point sums, and over 300 steps of a 6-layer
+# order of the floating-point sums, and over 100 steps of a 4-layer
 # post-norm model that moves a final loss a long way; the table's last
 # column says which figures moved with what. What holds in every run is
 # stated as claims below: post-norm at this learning rate needs the
-# warm-up, and pre-norm learns with or without it. A ranking of the runs
-# that do learn is not among them: in 300 steps of a toy task the spread
-# between runs is as large as the differences between the settings that
-# train. Clipping is a choice these results could hang on;
-# `benchmarks/bench_03_norm_clip.py` runs the same grid without clipping,
-# for you to try (its figures are not part of this page).
+# warm-up, and pre-norm learns without it. How low the runs that learn
+# end, and which of them ends lower, is not claimed: the table shows how
+# far those losses move between runs. Clipping is a choice these results could hang on;
+# `benchmarks/bench_03_norm_clip.py` runs a larger grid (6 layers, 300
+# steps) with and without clipping, for you to try (its figures are not
+# part of this page).
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its loss stays within "
-      "0.05 of ln 10, a uniform guess.", lambda g: abs(g["ch03_norm_post_nowarm"] - 2.3026) < 0.05)
+claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its final loss stays above "
+      "2.2 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.2)
 claim("postnorm_learns_with_warmup", "With the warm-up, post-norm learns (final loss below 1).",
       lambda g: g["ch03_norm_post_warm"] < 1)
-claim("prenorm_learns_either_way", "Pre-norm learns with and without the warm-up (final losses "
-      "below 1).", lambda g: g["ch03_norm_pre_nowarm"] < 1 and g["ch03_norm_pre_warm"] < 1)
+claim("prenorm_learns_without_warmup", "Pre-norm learns without the warm-up (final loss below 1).",
+      lambda g: g["ch03_norm_pre_nowarm"] < 1)
 
 # %% [markdown]
 # Most Transformers since GPT-2 are pre-norm, and it did not start there:
 # the Transformer authors' own tensor2tensor had already made pre-norm its
-# default (fairseq's documentation notes that they found learning more
+# default (a comment in fairseq's code says they found learning more
 # robust that way), and the Annotated Transformer codes pre-norm "for code
 # simplicity". But post-norm is not simply worse. Liu et al. {cite}`liu2020understanding`
 # found that a post-norm layer depends heavily on its residual branch, which
@@ -1924,8 +1933,8 @@ plt.show()
 # * The decoder adds a causal mask and cross-attention to the encoder
 #   output; training uses teacher forcing, label smoothing and the warm-up
 #   schedule (with gradient clipping at 1.0 here); inference decodes
-#   greedily or with beam search, whose stopping rule decided the result on
-#   the dates, where its width did not.
+#   greedily or with beam search, whose stopping rule mattered more than
+#   its width on the dates (in every run of the claims check).
 # * Self-attention is parallel with $O(1)$ path length, at a cost quadratic
 #   in the sequence length.
 #

@@ -106,14 +106,18 @@ _ = torch.manual_seed(0)
 # row (the wart below).
 # The wart: in a padded row the backward logits at the first padding
 # position predict the `</s>` before it. The contract counts that target
-# (it is not a pad), although the state there is not specified: the
-# docstring of `BiLM` fixes only the states at real positions. In our
-# `BiLM` the backward LSTM runs on over the padding after the reversed
-# sentence, so the state at the first pad has read the whole sentence and
-# the target is nearly free; a `BiLM` that packs its sequences (chapter 1's
-# idiom) leaves a zero state there, and the target costs what the softmax's
-# bias alone gives `</s>`. The experiment below reports this target's loss,
-# and the loss over real predicting positions only.
+# (it is not a pad), so it also fixes the state there: the docstring of
+# `BiLM` says that every LSTM runs on over the padding (no packing, no
+# zeroing), and a grader checks the states at the pads. The backward LSTM
+# reads the reversed sentence and then the pads, so its state at the first
+# pad has read the whole sentence, and the target is nearly free (the
+# experiment below measures it). A `BiLM` that packs its sequences
+# (chapter 1's idiom) is a fine biLM, but another model of this contract:
+# it leaves a zero state at the pads, the target then costs what the
+# softmax's bias alone gives `</s>`, and its loss is not comparable with
+# ours. The experiment below reports this target's loss,
+# and the loss over real predicting positions only, which does not depend
+# on what happens at the pads.
 #
 # **Causality** is what makes this a language model and not a copying
 # machine: $\overrightarrow{h}_{k,j}$ must not depend on any token after
@@ -887,15 +891,21 @@ plt.show()
 # {glue:text}`ch04_held_ppl_contract:.1f`). That figure includes the wart
 # of the contract: {glue:text}`ch04_held_wart_share:.1f`% of the backward
 # targets are a `</s>` predicted from the first padding position, here at a
-# loss of {glue:text}`ch04_held_wart_loss:.4f` (our `BiLM` runs the backward
-# LSTM on over the padding, so the state there has read the whole sentence;
-# a `BiLM` that packs its sequences gives another figure). Over real
+# loss of {glue:text}`ch04_held_wart_loss:.4f` (the contract's backward
+# LSTM runs on over the padding, so the state there has read the whole
+# sentence; a `BiLM` that packed its sequences would pay far more). Over real
 # predicting positions only the loss is {glue:text}`ch04_held_real:.2f`
 # nats, a perplexity of {glue:text}`ch04_held_ppl_real:.1f`: at every
 # position each direction is, on average, as unsure as a uniform choice
 # among that many words, which is what a grammar that draws its words at
 # random allows (a uniform guess over the vocabulary would be a perplexity of
 # {glue:text}`ch04_vocab`, its size with `<pad>` and `<unk>`).
+
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.claims import claim
+
+claim("wart_nearly_free", "The backward target at the first pad costs less than 0.01 nats.",
+      lambda g: g["ch04_held_wart_loss"] < 0.01)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch04_lm_loss": "training loss, last 50 steps (nats)",
@@ -966,7 +976,9 @@ print(f"sense, layer 1 against layer 2: {run['ch04_sense_only1']} banks read onl
 # other words have one part of speech each, which the characters give away:
 # hence layer 0's high score on all words. The **LSTM layers are
 # contextual**: both read the part of speech of *stick, fish, watch, duck*
-# from the syntax around them, and the sense of *bank* far above layer 0.
+# from the syntax around them, and the sense of *bank* far above layer 0
+# (at least 20 points above it in every run; layer 1's score moves a lot
+# from run to run, see the range below).
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -975,10 +987,10 @@ claim("layer0_static", "Layer 0 reads the ambiguous words' part of speech no bet
       "the sense of bank no better than the majority sense.",
       lambda g: g["ch04_posamb_layer0"] <= 70
       and g["ch04_sense_layer0"] <= g["ch04_sense_majority"] + 1e-6)
-claim("lstm_layers_contextual", "Both LSTM layers read the ambiguous words' part of speech at 95% "
-      "or more, and the sense of bank at least 30 points above layer 0.",
-      lambda g: min(g["ch04_posamb_layer1"], g["ch04_posamb_layer2"]) >= 95
-      and min(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) >= g["ch04_sense_layer0"] + 30)
+claim("lstm_layers_contextual", "Both LSTM layers read the ambiguous words' part of speech at 90% "
+      "or more, and the sense of bank at least 20 points above layer 0.",
+      lambda g: min(g["ch04_posamb_layer1"], g["ch04_posamb_layer2"]) >= 90
+      and min(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) >= g["ch04_sense_layer0"] + 20)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
@@ -996,9 +1008,9 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #
 # * **Syntax.** Our grammar has five slots and one LSTM step can resolve a
 #   word's slot, so both LSTM layers read the part of speech of
-#   *stick, fish, watch, duck* at or near 100% (the table above, and its
-#   range over the runs of the check): our toy cannot test the paper's
-#   claim.
+#   *stick, fish, watch, duck* at 90% or more, usually near 100% (the
+#   table above, and its range over the runs of the check): our toy
+#   cannot test the paper's claim.
 # * **Semantics.** Here the top layer reads the sense of *bank* at
 #   {glue:text}`ch04_sense_layer2:.1f`% and layer 1 at
 #   {glue:text}`ch04_sense_layer1:.1f`%; of the test's *bank*s,
@@ -1030,7 +1042,8 @@ claim("layer2_near_ceiling", "Layer 2 reads the sense within 2 points of the Bay
 # check it moves further still (the table below), with the seed, the thread
 # count and the implementation. So read no ranking of the layers into them.
 # The weights for part of speech carry no information at all: layers 1 and 2
-# both read it at 100% or nearly, so any weighting of them does too.
+# both read it at 90% or more, usually near 100%, so any weighting of them
+# does too.
 #
 # A learned mix can beat every single layer: Peters et al. find it better
 # than the top layer alone, by less than a point on their tasks (SQuAD
@@ -1093,8 +1106,9 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 
 # %% [markdown]
 # Under layer 0 the unseen words *banks* and *banker* are among the
-# nearest word types of *bank* (ranks {glue:text}`ch04_rank_banks` and
-# {glue:text}`ch04_rank_banker` among {glue:text}`ch04_n_other_types`, cosine
+# 5 nearest word types of *bank* in every run of the check (here ranks
+# {glue:text}`ch04_rank_banks` and {glue:text}`ch04_rank_banker` among
+# {glue:text}`ch04_n_other_types`, cosine
 # {glue:text}`ch04_cos_banks:.2f` and {glue:text}`ch04_cos_banker:.2f`):
 # the character CNN places words it never saw near the words that share
 # their letters. The other near ones (printed above)
@@ -1112,9 +1126,9 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 # cosine ranking (a cosine is not shift-invariant in general).
 
 # %% tags=["skip-grading", "hide-input"]
-claim("unseen_words_near_bank", "Under layer 0 the unseen banks and banker are among the 3 nearest "
+claim("unseen_words_near_bank", "Under layer 0 the unseen banks and banker are among the 5 nearest "
       "word types of bank.",
-      lambda g: max(g["ch04_rank_banks"], g["ch04_rank_banker"]) <= 3)
+      lambda g: max(g["ch04_rank_banks"], g["ch04_rank_banker"]) <= 5)
 claim("neighbours_share_sense", "Under layer 2 at least 90% of the 10 nearest occurrences of bank "
       "share its sense, and under ELMo within 3 points of that.",
       lambda g: g["ch04_nn_layer2"] >= 90 and abs(g["ch04_nn_ELMo"] - g["ch04_nn_layer2"]) <= 3)
@@ -1218,7 +1232,7 @@ plt.show()
 #   fine-tune.
 # * Linear probes show that the LSTM layers hold the context (sense, part of
 #   speech) that layer 0 cannot, in every run of the claims check. On our
-#   toy data both LSTM layers read the part of speech at or near 100%, and
+#   toy data both LSTM layers read the part of speech at 90% or more, and
 #   the top layer reads the sense at least as well as layer 1, close to the
 #   Bayes-optimal ceiling; the size of that gap, and the learned weights,
 #   move with the seed, the thread count and the probe's budget.
@@ -1243,7 +1257,10 @@ plt.show()
 #    does the sense column change?
 # 5. **Layer normalisation in the mix.** Peters et al. optionally normalise
 #    every layer before the scalar mix. Implement it, and compare the
-#    learned weights with and without.
+#    learned weights with and without. (AllenNLP's `ScalarMix` normalises
+#    each layer as a whole, with one mean and one variance over all its
+#    non-padding values, not each token's vector on its own as a
+#    `LayerNorm` would; try both.)
 
 # %% [markdown]
 # ## References

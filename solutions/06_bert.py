@@ -1324,24 +1324,26 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # 6-layer model of width 32 pre-trained for {glue:text}`ch06_pretrain_s:.0f`
 # s, plain sums and a linear tagger. The embedding layer sees no
 # context: it knows a name's usual type, which is right for about three
-# names in four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. On this
-# page the contextual rows of the 80/10/10 model score
+# names in four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. In
+# this run the contextual rows of the 80/10/10 model score
 # {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`,
-# only a few points above the embeddings: after 600 steps the encoder is
-# early in training and carries only a little of the cue into a name's
-# state (exercise 7 trains longer). The last hidden state beats the
-# embeddings by {glue:text}`ch06_last_minus_emb:.1f` F1 (a 95% bootstrap
-# interval over the dev sentences of {glue:text}`ch06_last_minus_emb_lo:.1f`
-# to {glue:text}`ch06_last_minus_emb_hi:.1f`).
+# within a few points of the embeddings, and in some runs of the check
+# below them: after 600 steps the encoder is early in training and carries
+# little of the cue into a name's state (exercise 7 trains longer). The
+# last hidden state minus the embeddings is
+# {glue:text}`ch06_last_minus_emb:.1f` F1 here (a 95% bootstrap interval
+# over the dev sentences of {glue:text}`ch06_last_minus_emb_lo:.1f` to
+# {glue:text}`ch06_last_minus_emb_hi:.1f`); its sign changes with the seed.
 #
-# Which orderings can be trusted? Most rows are within a point or two of
-# each other, inside the noise of a 500-sentence dev set, and they reorder
-# from run to run (the table above gives each row's range over the runs of
-# the check). The concatenation of the last four layers is the best row of
-# the 80/10/10 model, {glue:text}`ch06_concat_minus_last:.1f` F1 above the
-# last layer here (interval {glue:text}`ch06_concat_minus_last_lo:.1f` to
-# {glue:text}`ch06_concat_minus_last_hi:.1f`), but the control row says
-# why: projected on 32 principal components, as narrow as one layer, it
+# Which orderings can be trusted? The contextual rows are within a few
+# points of each other, about the noise of a 500-sentence dev set, and
+# they reorder from run to run (the table above gives each row's range
+# over the runs of the check). The concatenation of the last four layers is
+# {glue:text}`ch06_concat_minus_last:.1f` F1 away from the last layer here
+# (interval {glue:text}`ch06_concat_minus_last_lo:.1f` to
+# {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
+# is {glue:text}`ch06_rank_concat`), and the control row says what to
+# make of any gain: projected on 32 principal components, as narrow as one layer, it
 # scores {glue:text}`ch06_f1_concat_pca:.1f`, no better than the last layer
 # alone. What the concatenation adds here is width, four times as many
 # inputs for a linear tagger, not information that the last layer lacks.
@@ -1349,12 +1351,13 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # so only the last state passes through the final LayerNorm, and every
 # other hidden state is the raw residual stream, whose scale differs from
 # layer to layer; the standardisation evens the features' scales only after
-# the sums are taken.) Read the table as "context helps a little at this
-# budget", not as a ranking of the six choices.
+# the sums are taken.) Read the table as "at this budget the frozen
+# features hold little context", not as a ranking of the six choices.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("context_helps", "The best contextual row of the 80/10/10 model beats its embeddings.",
-      lambda g: g["ch06_f1_best"] > g["ch06_f1_embedding"])
+claim("little_context", "The best contextual row of the 80/10/10 model is within 6 F1 of its "
+      "embeddings.",
+      lambda g: abs(g["ch06_f1_best"] - g["ch06_f1_embedding"]) <= 6)
 claim("concat_gain_is_width", "The concatenation projected to the width of one layer scores no "
       "more than 1 F1 above the last layer.",
       lambda g: g["ch06_f1_concat_pca"] <= g["ch06_f1_last"] + 1)
@@ -1376,7 +1379,8 @@ claim("concat_gain_is_width", "The concatenation projected to the width of one l
 # **Through a linear probe.** The head is only one reader of the last
 # layer, and the 100%-`[MASK]` model's head was never trained at a real
 # token. So we also train a linear probe on the frozen last layer to name
-# the word at every real token of the clean tagging sentences (62 classes;
+# the word at every real token of the clean tagging sentences
+# ({glue:text}`ch06_vocab_size` classes;
 # trained on the 1000 training sentences, scored on the 500 dev sentences),
 # and score the MLM head on the same tokens.
 
@@ -1407,8 +1411,8 @@ spread({f"ch06_{m}_{k}": f"{label}, {name}" for m, label in
 # model's last layer at {glue:text}`ch06_ident_last_allmask:.1f`% (the
 # 80/10/10 model's at {glue:text}`ch06_ident_last_801010:.1f`%): the word is
 # there; the head, never asked to name a real token, does not read it out.
-# So the head's 10% against 60% shows what each model was trained to output,
-# not that one representation forgot the word. Neither tiny model learned
+# So the gap between the two heads shows what each model was trained to
+# output, not that one representation forgot the word. Neither tiny model learned
 # to correct a randomly replaced token from context
 # ({glue:text}`ch06_probe_replaced_801010:.1f`% and
 # {glue:text}`ch06_probe_replaced_allmask:.1f`%, no better than at
@@ -1434,7 +1438,11 @@ claim("word_in_representation", "A linear probe reads the word from the 100%-[MA
 # {glue:text}`ch06_gap_last_hi:.1f`); on the concatenation of the last four
 # the gap is {glue:text}`ch06_gap_concat:.1f`
 # ({glue:text}`ch06_gap_concat_lo:.1f` to
-# {glue:text}`ch06_gap_concat_hi:.1f`). The control is the 100%-`[MASK]`
+# {glue:text}`ch06_gap_concat_hi:.1f`). The 80/10/10 model's last layer
+# scores higher in most runs of the check (the count is under the claim
+# below), but the size of the gap moves a lot with the seed and the
+# solution, and in some runs its interval includes 0. The steadier
+# evidence is the control: the 100%-`[MASK]`
 # model's own embedding row, {glue:text}`ch06_f1am_embedding:.1f`: its last
 # layer is {glue:text}`ch06_am_last_minus_emb:.1f` F1 away from it
 # ({glue:text}`ch06_am_last_minus_emb_lo:.1f` to
@@ -1453,9 +1461,9 @@ claim("word_in_representation", "A linear probe reads the word from the 100%-[MA
 # of the rule, the unchanged or the random tokens, does what.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("rule_helps_features", "The 80/10/10 model's last layer beats the 100%-[MASK] model's, with "
-      "the bootstrap interval of the gap above 0.",
-      lambda g: g["ch06_gap_last_lo"] > 0)
+claim("rule_helps_features", "In most runs (at least 8 in 10) the 80/10/10 model's last layer "
+      "tags better than the 100%-[MASK] model's.",
+      lambda g: g["ch06_gap_last"] > 0, at_least=0.8)
 claim("allmask_below_own_embeddings", "The 100%-[MASK] model's last layer scores below its own "
       "embeddings.",
       lambda g: g["ch06_am_last_minus_emb"] < 0)
@@ -1479,8 +1487,8 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 #   tiny runs a model trained with 100% `[MASK]` still holds the identity of
 #   a real token (a linear probe reads it), but its MLM head does not name
 #   it, and its frozen features lose what the embeddings knew about the
-#   token: in every run of the claims check its last layer tagged worse than
-#   the 80/10/10 model's, and worse than its own embeddings.
+#   token: its last layer tags worse than its own embeddings, and in most
+#   runs worse than the 80/10/10 model's.
 # * One small layer fine-tunes it for pair classification, single-sentence
 #   classification, span QA (start and end vectors) and tagging; or its
 #   frozen layers serve as features. After our short pre-training the

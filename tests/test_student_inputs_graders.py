@@ -1,6 +1,6 @@
-"""Per-student hidden inputs against the real graders: under random course secrets the solution and the
-alternative solution keep full marks, every known-wrong variant (tests/mistakes/) still loses points,
-and the reference cache stays correct.
+"""Per-student hidden inputs against the real graders: under random course secrets the solution, the
+alternative solution and the known-correct variants in other styles (tests/variants/) keep full marks,
+every known-wrong variant (tests/mistakes/) still loses points, and the reference cache stays correct.
 
 The graders run in this process against namespaces (tests/integrity/inprocess.py), each test's body
 once per (variant, secret), with the inputs `PerStudentInputs` gives that secret's student. `make test`
