@@ -1129,20 +1129,29 @@ claim("control_keeps_accuracy", "The control keeps at least 30 points more accur
       "the wrong letter.", lambda g: g["ch01_ctrl_after_error"] >= g["ch01_after_error"] + 30)
 
 # %% [markdown]
-# **Does it cost anything in decoding?** Not measurably, on this task. The
-# control's greedy exact match is {glue:text}`ch01_ctrl_em:.1f`%, against
+# **Does it cost anything in decoding?** The probe shows that the
+# teacher-forced model is fragile after a wrong letter; it does not show
+# that this fragility costs exact match when the model decodes on its own.
+# We measured that too, and found no consistent effect. The control's
+# greedy exact match is {glue:text}`ch01_ctrl_em:.1f`%, against
 # {glue:text}`ch01_greedy_em:.1f`% for the teacher-forced model, a
-# difference of {glue:text}`ch01_ctrl_em_gain:+.1f` points in this run; the
-# table above shows the difference over all runs, which is not
-# consistently in the control's favour.
+# difference of {glue:text}`ch01_ctrl_em_gain:+.1f` points in this run.
+# Over all runs (the last row of the table above) the difference moves by
+# several points from seed to seed and takes both signs: in most runs the
+# control decodes worse, in some better. So one run cannot say that exposure bias costs nothing, nor that
+# the remedy is free: on this task, at this budget, we found no consistent
+# effect on free-running exact match. (Whether exposure bias matters in
+# practice is debated in the literature too {cite}`he2021exposure`.)
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("no_decoding_gain", "The control's greedy exact match is within 10 points of the "
-      "teacher-forced model's, either way.", lambda g: abs(g["ch01_ctrl_em_gain"]) <= 10)
-claim("control_not_always_better", "The control is no better than the teacher-forced model in "
-      "at least one run in five.", lambda g: g["ch01_ctrl_em_gain"] <= 0, at_least=0.2)
+claim("no_decoding_gain", "The control's greedy exact match is within 12 points of the "
+      "teacher-forced model's, either way.", lambda g: abs(g["ch01_ctrl_em_gain"]) <= 12)
+claim("control_sometimes_better", "In at least one run in five the control decodes better than "
+      "the teacher-forced model.", lambda g: g["ch01_ctrl_em_gain"] > 0, at_least=0.2)
+claim("control_sometimes_worse", "In at least one run in five the control decodes worse than the "
+      "teacher-forced model.", lambda g: g["ch01_ctrl_em_gain"] < 0, at_least=0.2)
 
 # %% [markdown]
 # The probe injects random letters, and those are not the model's own
@@ -1258,8 +1267,8 @@ spread({"ch01_em_sweep_greedy": "greedy exact match, first 100 strings (%)",
 #   the toy model below shows what normalisation does then.
 # * **The stopping rule with `n_best = 1`** (bottom row). Stopping once
 #   *one* hypothesis is finished returns whatever finishes first, and a
-#   wide beam holds unlikely hypotheses that end early: exact match falls
-#   with $k$. With $k = 16$, wider than the 12 tokens of the vocabulary,
+#   wide beam holds unlikely hypotheses that end early: at $k = 2$ exact
+#   match moves by a few points either way, at $k = 16$ it collapses. With $k = 16$, wider than the 12 tokens of the vocabulary,
 #   every extension of `<bos>` is kept at the first step: the 8 letters,
 #   `<eos>`, and the three banned tokens with score $-\infty$. `<eos>` is
 #   among them, so the search stops at once and returns the empty string:
@@ -1272,19 +1281,18 @@ from attnkit.claims import claim
 
 claim("beam_more_probable", "Beam search (k = 16) finds outputs at least as probable on average as "
       "greedy decoding.", lambda g: g["ch01_ll_k16"] >= g["ch01_ll_k1"] - 1e-9)
-claim("beam_changes_few", "Beam search with k = 16 changes at most 10 of the 100 outputs.",
-      lambda g: g["ch01_changed_k16"] <= 10)
+claim("beam_changes_few", "Beam search with k = 16 changes at most 15 of the 100 outputs.",
+      lambda g: g["ch01_changed_k16"] <= 15)
 claim("em_hardly_moves", "Exact match moves by at most 5 points between greedy and k = 16.",
       lambda g: abs(g["ch01_em_k16_norm"] - g["ch01_em_k1"]) <= 5)
 claim("beam_breaks_some", "In some runs (at least one in five) beam search turns an output greedy "
       "had right into a wrong one.", lambda g: g["ch01_broken_k16"] >= 1, at_least=0.2)
 claim("no_short_bias_on_average", "With raw sums the mean output length is within 0.3 characters "
       "of the references'.", lambda g: abs(g["ch01_len_k16_raw"] - g["ch01_ref_len"]) <= 0.3)
-claim("some_cut_short", "Greedy decoding returns at least one reference cut short.",
-      lambda g: g["ch01_err_model_cut"] >= 1)
-claim("nbest1_falls_with_k", "With n_best = 1, exact match falls as the beam widens (k = 1, 2, "
-      "16).",
-      lambda g: g["ch01_em_k1"] > g["ch01_em_k2_nb1"] > g["ch01_em_k16_nb1"])
+claim("some_cut_short", "In most runs greedy decoding returns at least one reference cut short.",
+      lambda g: g["ch01_err_model_cut"] >= 1, at_least=0.6)
+claim("nbest1_falls_with_k", "With n_best = 1, exact match at k = 16 is below that at k = 1 and 2.",
+      lambda g: g["ch01_em_k16_nb1"] < min(g["ch01_em_k1"], g["ch01_em_k2_nb1"]))
 claim("nbest1_k16_empty", "With n_best = 1 and k = 16 the search returns the empty string.",
       lambda g: g["ch01_em_k16_nb1"] == 0 and g["ch01_len_k16_nb1"] == 0)
 
@@ -1387,24 +1395,28 @@ draw_beam_tree(tree_src)
 # {glue:text}`ch01_tree_p:.0f`% of the probability, not most of it. The
 # full reference has $\log p = $ {glue:text}`ch01_tree_ref_logp:.2f`: after
 # the last letter of the cut output the model gives `<eos>` probability
-# {glue:text}`ch01_tree_eos_p:.0f`%. So on this string the model is far
-# from sure where to stop, and the error lives in the model, not in the
-# search: the model rates the wrong output more probable than the right
-# one. Length normalisation does not rescue the reference here either: per
+# {glue:text}`ch01_tree_eos_p:.0f`%. So on this string the model stops
+# too early, and the error lives in the model, not in the search: the
+# model rates the wrong output more probable than the right one, and a
+# wider beam, which only finds more probable outputs, cannot fix that.
+# Length normalisation does not rescue the reference here either: per
 # token the cut output scores {glue:text}`ch01_tree_norm_out:.3f`, the
-# reference {glue:text}`ch01_tree_norm_ref:.3f`.
+# reference {glue:text}`ch01_tree_norm_ref:.3f`. These readings hold in
+# most runs, not all (the verdicts below): in some runs no string is cut
+# short by the beam (the figure then shows the first wrong output), and
+# in some normalisation would pick the reference.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("tree_example_exists", "Some test string's beam output (k = 3) is the reference cut short.",
-      lambda g: g["ch01_tree_cut"] == 1)
-claim("tree_not_most", "That output carries less than half of the probability.",
-      lambda g: g["ch01_tree_p"] < 50)
+claim("tree_example_exists", "In most runs some test string's beam output (k = 3) is the "
+      "reference cut short.", lambda g: g["ch01_tree_cut"] == 1, at_least=0.6)
+claim("tree_not_most", "In most runs that output carries less than half of the probability.",
+      lambda g: g["ch01_tree_p"] < 50, at_least=0.8)
 claim("tree_model_error", "The model rates it more probable than the reference.",
       lambda g: g["ch01_tree_logp"] > g["ch01_tree_ref_logp"])
-claim("tree_norm_no_rescue", "Per token, too, the cut output scores higher than the reference.",
-      lambda g: g["ch01_tree_norm_out"] > g["ch01_tree_norm_ref"])
+claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per token than the "
+      "reference.", lambda g: g["ch01_tree_norm_out"] > g["ch01_tree_norm_ref"], at_least=0.6)
 
 # %% [markdown]
 # ## Summary
@@ -1418,8 +1430,10 @@ claim("tree_norm_no_rescue", "Per token, too, the cut output scores higher than 
 #   Because it only ever reads gold prefixes in training, one wrong token
 #   in its prefix lowers the accuracy of what follows (exposure bias,
 #   measured above); a control trained on corrupted prefixes suffers much
-#   less. On this task that did not show as a loss in free-running exact
-#   match.
+#   less. Whether that costs exact match when the model decodes on its own
+#   we could not tell: the two models' free-running exact match differed
+#   by several points from seed to seed, not consistently in the control's
+#   favour.
 # * Greedy decoding is not the most probable sequence (a two-step
 #   counterexample suffices). Beam search keeps the $k$ best prefixes by
 #   cumulative log-probability; finished hypotheses leave the beam. It is
