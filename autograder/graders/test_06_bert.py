@@ -492,6 +492,12 @@ def test_nsp_negatives(student, ref):
                                            f"{non_empty} documents; draw the document at random")
     later = sum(doc_of(b) > d for d, b in negatives) / len(negatives)
     expect(0.2 < later < 0.8, "the NotNext sentences come mostly from later (or earlier) documents")
+    # Three long documents: a draw from any document would hit its own a third of the time (with 300
+    # short ones, rarely enough to be missed under some per-student inputs).
+    few = [[f"d{d}s{i}" for i in range(40)] for d in range(3)]
+    few_negatives = [(doc_of(a), b) for a, b, n in student.nsp_pairs(few) if n == 0]
+    expect(all(doc_of(b) != d for d, b in few_negatives),
+           "with three documents, a NotNext sentence came from the same document")
 
 
 @graded("nsp_pairs", points=2, hint="is_next = 1 with probability 0.5 for each pair.")
