@@ -1330,10 +1330,12 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # context: it knows a name's usual type, which is right for about three
 # names in four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. In
 # this run the contextual rows of the 80/10/10 model score
-# {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`,
-# within a few points of the embeddings, and in some runs of the check
-# below them: after 600 steps the encoder is early in training and carries
-# little of the cue into a name's state (exercise 7 trains longer). The
+# {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`.
+# Over the runs of the check the best of them ranges from a point below the
+# embeddings to far above them (the table above gives each row's range):
+# after 600 steps the encoder is early in training, and how much of the cue
+# it carries into a name's state depends on the run (exercise 7 trains
+# longer). The
 # last hidden state minus the embeddings is
 # {glue:text}`ch06_last_minus_emb:.1f` F1 here (a 95% bootstrap interval
 # over the dev sentences of {glue:text}`ch06_last_minus_emb_lo:.1f` to
@@ -1355,13 +1357,14 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # so only the last state passes through the final LayerNorm, and every
 # other hidden state is the raw residual stream, whose scale differs from
 # layer to layer; the standardisation evens the features' scales only after
-# the sums are taken.) Read the table as "at this budget the frozen
-# features hold little context", not as a ranking of the six choices.
+# the sums are taken.) Read the table as "at this budget, how much context
+# the frozen features hold changes from run to run", not as a ranking of the
+# six choices.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("little_context", "The best contextual row of the 80/10/10 model is within 6 F1 of its "
-      "embeddings.",
-      lambda g: abs(g["ch06_f1_best"] - g["ch06_f1_embedding"]) <= 6)
+claim("context_never_hurts_much", "The best contextual row of the 80/10/10 model is never more than "
+      "1 F1 below its embeddings (how far above them it is changes from run to run).",
+      lambda g: g["ch06_f1_best"] - g["ch06_f1_embedding"] >= -1)
 claim("concat_gain_is_width", "The concatenation projected to the width of one layer scores no "
       "more than 1 F1 above the last layer.",
       lambda g: g["ch06_f1_concat_pca"] <= g["ch06_f1_last"] + 1)
@@ -1495,10 +1498,10 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 #   runs worse than the 80/10/10 model's.
 # * One small layer fine-tunes it for pair classification, single-sentence
 #   classification, span QA (start and end vectors) and tagging; or its
-#   frozen layers serve as features. After our short pre-training the
-#   features hold only a little context, and the concatenation of the last
-#   four layers helps a linear tagger by its width more than by what it
-#   holds.
+#   frozen layers serve as features. After our short pre-training how much
+#   context the features hold changes from run to run, and the
+#   concatenation of the last four layers helps a linear tagger by its width
+#   more than by what it holds.
 # * WordPiece (vocabulary learned by likelihood, as in Schuster and
 #   Nakajima; BERT's tokenizer encodes greedily, longest match first, with
 #   `##` continuations), BPE (learned frequent-pair merges, replayed in
