@@ -1005,7 +1005,10 @@ print("  length 8, teacher-forced accuracy of output letter i:",
 # Over lengths 4 to 16 alone, where few test strings were seen in
 # training, the means are {glue:text}`ch02_mean4plus_no_attention:.2f`
 # without attention and {glue:text}`ch02_mean4plus_attention:.2f` with it,
-# and after 400 steps attention is ahead at every one of those lengths.
+# and after 400 steps attention is ahead at every one of those lengths in
+# this run (in the claims check, in all but one run: there it was 0.07
+# behind at one length). Its worst length is another matter: from run to
+# run it moves between about 0.65 and 0.95 (the table above).
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -1013,10 +1016,11 @@ from attnkit.claims import claim
 claim("attention_learns_faster", "After 400 steps, attention's mean exact match over lengths 4 to "
       "16 is at least 0.5 above the model's without attention.",
       lambda g: g["ch02_mean4plus_attention"] >= g["ch02_mean4plus_no_attention"] + 0.5)
-claim("attention_ahead_everywhere", "Attention is ahead at every length from 4 to 16.",
-      lambda g: g["ch02_lead_min4plus"] > 0)
-claim("attention_at_least_09", "Attention's exact match is at least 0.9 at every length.",
-      lambda g: g["ch02_attention_min"] >= 0.9)
+claim("attention_ahead_everywhere", "In at least 9 runs in 10, attention is ahead at every length "
+      "from 4 to 16.", lambda g: g["ch02_lead_min4plus"] > 0, at_least=0.9)
+claim("attention_at_least_09", "Attention's mean exact match over lengths 4 to 16 is at least 0.9, "
+      "and at least 0.6 at every length (its worst length moves a lot from run to run).",
+      lambda g: g["ch02_mean4plus_attention"] >= 0.9 and g["ch02_attention_min"] >= 0.6)
 
 # %% [markdown]
 # Where does the model without attention (after 400 steps) fail? To see
