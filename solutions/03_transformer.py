@@ -1520,12 +1520,13 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("greedy_over_90", "After 300 steps, greedy decoding gets over 90% of the held-out dates right.",
+claim("greedy_over_90", "After 300 steps, greedy decoding gets over 90% of the held-out dates "
+      "right.",
       lambda g: g["ch03_greedy_exact"] > 90)
 claim("loss_near_floor", "The training loss ends within 0.05 of its floor.",
       lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.05)
-claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode than with "
-      "dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
+claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode "
+      "than with dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
 claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
       "above the floor.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
       < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]), at_least=0.9)
@@ -1600,8 +1601,8 @@ claim("beam1_is_greedy", "The standard search at a beam of 1 scores the same as 
 claim("beam4_no_gain", "At a beam of 4 the standard search scores no more than greedy, and at most "
       "two dates (5 points) fewer.", lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
       <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"])
-claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more against the "
-      "standard search than the standard search changes between beams 1 and 4.",
+claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more "
+      "against the standard search than the standard search changes between beams 1 and 4.",
       lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
       > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]))
 claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
@@ -1743,7 +1744,8 @@ NORM_RUNS = {"post_nowarm": ("post-norm, no warm-up", EncoderLayer, 0),
 
 @experiment("03_transformer")
 def norms(seed: int = 0, threads: int = 1) -> dict:
-    """Post-norm taggers with and without warm-up, pre-norm without, at Adam lr 1e-2; final losses."""
+    """Post-norm taggers with and without warm-up, pre-norm without, at Adam lr 1e-2; final
+    losses."""
     if device.type == "cpu":
         torch.set_num_threads(threads)
     out = {"curves": {}}
@@ -1787,8 +1789,8 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its final loss stays above "
-      "2.2 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.2)
+claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its final loss stays "
+      "above 2.2 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.2)
 claim("postnorm_learns_with_warmup", "With the warm-up, post-norm learns (final loss below 1).",
       lambda g: g["ch03_norm_post_warm"] < 1)
 claim("prenorm_learns_without_warmup", "Pre-norm learns without the warm-up (final loss below 1).",

@@ -1180,7 +1180,8 @@ def bootstrap(diff_of, n: int = N_BOOT) -> tuple[float, float]:
     return values[int(0.025 * n)].item(), values[int(0.975 * n) - 1].item()
 
 
-@experiment("06_bert", seeds=2, threads=(1,))   # 5 seeds x 2 thread counts: ~90 CPU-minutes, over CI's budget
+# 5 seeds x 2 thread counts would take ~90 CPU-minutes, over CI's budget
+@experiment("06_bert", seeds=2, threads=(1,))
 def masking_rules(seed: int = 0, threads: int = 1) -> dict:
     """Pre-train TinyBert with the 80/10/10 rule and with 100% [MASK] (seed `seed`: the NSP pairs,
     the weights, the batches and the masks; `threads` CPU threads) and read both models."""
@@ -1362,8 +1363,8 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # six choices.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("context_never_hurts_much", "The best contextual row of the 80/10/10 model is never more than "
-      "1 F1 below its embeddings (how far above them it is changes from run to run).",
+claim("context_never_hurts_much", "The best contextual row of the 80/10/10 model is never more "
+      "than 1 F1 below its embeddings (how far above them it is changes from run to run).",
       lambda g: g["ch06_f1_best"] - g["ch06_f1_embedding"] >= -1)
 claim("concat_gain_is_width", "The concatenation projected to the width of one layer scores no "
       "more than 1 F1 above the last layer.",

@@ -70,7 +70,9 @@ def test_shifted_seeds_move_both_kinds_of_seed_and_then_restore_them():
     assert torch.equal(moved[1], torch.rand(2, generator=torch.Generator().manual_seed(1003)))
 
 
-def test_the_reference_cache_never_serves_a_value_across_students():
+def test_the_reference_cache_never_serves_a_value_across_students(monkeypatch):
+    # the cache on, whatever an earlier test left in the environment (the one-notebook path sets it off)
+    monkeypatch.delenv("AUTOGRADER_REFERENCE_CACHE", raising=False)
     memo.clear()
     calls = []
 
