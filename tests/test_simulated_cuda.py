@@ -122,3 +122,17 @@ def test_a_device_argument_naming_cuda_is_simulated_too():
     exec("import torch\ndef mask(n, device=None):\n    return torch.ones(n, n, dtype=torch.bool, device=device)\n", ns)
     reply = answer(ns, {"op": "call", "name": "mask", "args": (3,), "kwargs": {"device": "cuda"}})
     assert reply["ok"] and reply["devices"] == ["cuda:0"] and bool(reply["value"].all())
+
+
+def test_python_list_indices_read_and_write_the_right_elements():
+    """`x[:, [-1]]` (nanoGPT's top-k): torch would build the list's index on the carrier device, which
+    has no data, and the lookup read uninitialised memory."""
+    q = torch.arange(12.0).reshape(3, 4)
+    with simulated_cuda():
+        x = q.to("cuda")
+        assert torch.equal(x[:, [-1]].cpu(), q[:, [-1]]) and torch.equal(x[[2, 0]].cpu(), q[[2, 0]])
+        x[:, [0, 1]] = -1.0
+        kept = x[x < x[:, [-1]]].cpu()
+    expect = q.clone()
+    expect[:, [0, 1]] = -1.0
+    assert torch.equal(kept, expect[expect < expect[:, [-1]]])

@@ -184,6 +184,17 @@ def check_generator(args: tuple, kwargs: dict) -> None:
         raise RuntimeError(f"Expected a '{want}' device type for generator but found '{got}'")
 
 
+def list_indices_as_tensors(index: Any) -> Any:
+    """`x[:, [-1]]`: torch would build the list's index tensor on the carrier device (meta), which has
+    no data, so the lookup read garbage. A CPU index tensor is what CUDA accepts and moves itself."""
+    def as_tensor(i: Any) -> Any:
+        try:
+            return torch.tensor(i) if isinstance(i, list) else i
+        except (TypeError, ValueError, RuntimeError):   # a list of tensors: torch's own path
+            return i
+    return tuple(map(as_tensor, index)) if isinstance(index, tuple) else as_tensor(index)
+
+
 class SimulatedCudaMode(TorchFunctionMode):
     """Routes what would start CUDA to the simulated device: `.cuda()`, `.to(cuda)`, `device=cuda`."""
 
@@ -197,6 +208,8 @@ class SimulatedCudaMode(TorchFunctionMode):
         if name in ("tolist", "new_tensor") and args and isinstance(args[0], SimulatedCuda):
             out = getattr(args[0].data_cpu, name)(*args[1:], **kwargs)  # the C++ side would see "meta"
             return to_simulated(out) if name == "new_tensor" and kwargs.get("device") is None else out
+        if name in ("__getitem__", "__setitem__") and args and isinstance(args[0], SimulatedCuda):
+            args = (args[0], list_indices_as_tensors(args[1]), *args[2:])
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
             return to_simulated(args[0])
         if name == "to" and args and isinstance(args[0], torch.Tensor):
