@@ -26,8 +26,8 @@ book: pages        ## the executed book, offline, into _build/html
 	$(PY) -m course check-leaks _build/html exercises
 	@echo "the book is in _build/html/index.html"
 
-test-book: setup   ## the built book in Chromium, offline: every page of _toc.yml (screenshots in _build/screenshots)
-	COURSE_BOOK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser
+test-book: setup   ## the built book in Chromium, offline (screenshots in _build/screenshots); the student commands in a fresh release
+	COURSE_BOOK_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/browser tests/docs
 
 check-sync: setup
 	$(PY) -m course check-sync

@@ -149,3 +149,36 @@ class WordVocab:
 def with_boundaries(words: list[str]) -> list[str]:
     """<s> words </s>: the language model predicts the boundaries too."""
     return ["<s>"] + words + ["</s>"]
+
+
+def topic_posterior(s: Sentence, p_bank: float = 0.3, p_topic: float = 0.8) -> dict[str, float]:
+    """P(topic | the words of `s`) under this generator: the Bayes-optimal reading of the sense.
+
+    Both topics are equally likely a priori. Given the topic, every content word (noun, verb,
+    adjective) is drawn from the topic's list with probability `p_topic`, else from the
+    general one; the other words (determiners, pronouns, prepositions) and the shape of the
+    sentence carry no evidence, except that a "bank" forced into the object or the
+    prepositional phrase (a sentence drawn with `bank` True, probability `p_bank` in
+    `corpus`) was not drawn from a list. The posterior sums over the ways the sentence could
+    have been drawn: no forced "bank", or one forced at either slot.
+    """
+    def likelihood(topic: str, forced: int | None) -> float:
+        p = 1.0
+        for i, (w, t) in enumerate(zip(s.words, s.tags)):
+            if t in GENERAL and i != forced:
+                p *= (p_topic * TOPICS[topic][t].count(w) / len(TOPICS[topic][t])
+                      + (1 - p_topic) * GENERAL[t].count(w) / len(GENERAL[t]))
+        return p
+
+    verb = s.tags.index("VERB")
+    obj = s.tags.index("NOUN", verb)
+    has_pp = "PREP" in s.tags
+    p_pp = 0.6 if has_pp else 0.4
+    ways = [(None, (1 - p_bank) * p_pp)]                      # (forced position, its probability)
+    if s.words[obj] == SENSE_WORD:
+        ways.append((obj, p_bank * 0.5 * p_pp))
+    if has_pp and s.words[-1] == SENSE_WORD:
+        ways.append((len(s.words) - 1, p_bank * 0.5))
+    joint = {topic: sum(w * likelihood(topic, forced) for forced, w in ways) for topic in SENSES}
+    total = sum(joint.values())
+    return {topic: v / total for topic, v in joint.items()}

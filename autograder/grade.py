@@ -4,15 +4,18 @@ graders and the solutions are)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 
+from autograder.assignment import looks_like
 from autograder.harness.check import counts
 from autograder.harness.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.paths import chapters, graders_dir
@@ -20,6 +23,8 @@ from autograder.reference import load_reference
 from autograder.harness.plugin import GradingPlugin, TestResult
 from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
+from autograder.version import grader_version
+from autograder.harness.seeds import PerStudentInputs, inputs_id
 
 
 def for_one_notebook() -> None:
@@ -38,26 +43,41 @@ def grader_file(chapter: str) -> Path:
     return graders_dir() / f"test_{chapter}.py"
 
 
-def max_points(chapter: str, cuda: bool | None = None) -> float:
-    """The chapter's total points, read from the graders' `@graded` declarations.
-
-    `cuda`: whether CUDA tests count (the sandbox's `cuda_usable()`); None: this process sees a GPU.
-    """
+def graded_tests(chapter: str) -> list[Callable]:
+    """The chapter's graded tests (its grader file's `@graded` functions), read again when the file changes."""
     path = grader_file(chapter)
-    spec = importlib.util.spec_from_file_location(f"_points_{chapter}", path)
+    stat = path.stat()
+    return _graded_tests(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _graded_tests(path: str, mtime_ns: int, size: int) -> list[Callable]:
+    spec = importlib.util.spec_from_file_location(f"_graded_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return sum(f.graded["points"] for f in vars(module).values() if callable(f) and counts(f, cuda))
+    return [f for f in vars(module).values() if callable(f) and counts(f)]
 
 
-def bad_result(message: str, chapter: str | None, seconds: float) -> dict:
-    """Score 0 with a clear message, for a file that cannot be graded."""
+def max_points(chapter: str) -> float:
+    """The chapter's total points, read from the graders' `@graded` declarations (the same on every
+    machine: CUDA tests run on a simulated device where no GPU is usable)."""
+    return sum(f.graded["points"] for f in graded_tests(chapter))
+
+
+def graded_functions(chapter: str) -> set[str]:
+    """The student functions and classes the chapter's graders test."""
+    return {f.graded["function"] for f in graded_tests(chapter) if f.graded["function"]}
+
+
+def bad_result(message: str, chapter: str | None, seconds: float, **extra) -> dict:
+    """Score 0 out of the chapter's maximum with a clear message, for a file that cannot be graded."""
     try:
         total = max_points(chapter) if chapter in chapters() else 0.0
     except Exception:  # noqa: BLE001 - a broken grader file must not crash the batch here
         total = 0.0
     return results_json(chapter, [], f"This submission could not be graded: {message}",
-                        {"status": "error", "execution_time": round(seconds, 2)}, max_score=total)
+                        {"status": "error", "execution_time": round(seconds, 2),
+                         "grader_version": grader_version(chapter), **extra}, max_score=total)
 
 
 # pytest plugins the graders do not use (they take only the `student` and `ref` fixtures). Each costs
@@ -82,10 +102,11 @@ def run_graders(plugin: GradingPlugin, extra_plugins: tuple = ()) -> None:
 
 
 def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = None, seed: int = 0,
-                     only: str | None = None) -> dict:
+                     only: str | None = None, inputs_key: bytes | None = None) -> dict:
     """Grade one notebook in a fresh student process of `sandbox`; return its results.json object.
 
     `only`: run just the tests of that graded function (the scores then cover those tests only).
+    `inputs_key`: the student's key (`seeds.student_key`): the hidden inputs are then this student's own.
     """
     started = time.monotonic()
     try:
@@ -98,9 +119,13 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     if sub.chapter not in chapters():
         return bad_result(f"there are no graders for chapter {sub.chapter!r} "
                           f"(chapters: {', '.join(chapters())})", sub.chapter, time.monotonic() - started)
+    other = looks_like(sub.cells, sub.chapter)
+    if other:
+        return bad_result(f"this looks like the notebook of chapter {other}, not of {sub.chapter}: submit "
+                          f"your {sub.chapter} notebook", sub.chapter, time.monotonic() - started, looks_like=other)
     plugin = GradingPlugin(sub.chapter, sub.cells, sandbox, seed, only=only, load_reference=load_reference)
     try:
-        run_graders(plugin)
+        run_graders(plugin, (PerStudentInputs(inputs_key, sub.chapter),) if inputs_key else ())
         report = plugin.student().report or {}
         load_failure = plugin.student().load_failure
         printed = "\n".join(plugin.student().printed)
@@ -114,7 +139,9 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     cuda = sandbox.cuda_usable()
     if not cuda and torch.cuda.is_available():
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "
-                     "tests were skipped and do not count towards the maximum.")
+                     "tests ran on a simulated CUDA device instead.")
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
-             "isolation": sandbox.isolation, "cuda": cuda}
+             "isolation": sandbox.isolation, "cuda": cuda,  # False: CUDA tests ran on the simulated device
+             "grader_version": grader_version(sub.chapter),
+             **({"inputs": "per student", "inputs_id": inputs_id(inputs_key)} if inputs_key else {})}
     return results_json(sub.chapter, tests, "\n\n".join(lines), extra)

@@ -1,4 +1,4 @@
-"""`python -m course exercises | check-sync | pages | check-leaks PATH... | alternative NN_name | alternatives
+"""`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
 | claims [NN ...] [--force] | nbgrader-course DIR`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
@@ -32,17 +32,21 @@ def main(argv: list[str]) -> int:
         return 0
     if cmd == "pages":
         from course.book import build_pages
-        build_pages(force="--force" in rest)
+        build_pages(force="--force" in rest, only=[a for a in rest if not a.startswith("--")])
         return 0
     if cmd == "check-leaks":
-        from course.leaks import find_leaks
+        from course.leaks import find_leaks, near_copies, notebook_code
         files = [f for p in rest for f in (Path(p).rglob("*") if Path(p).is_dir() else [Path(p)])
                  if f.is_file() and f.suffix in {".html", ".ipynb", ".txt", ".md", ".py", ".js"}]
         leaks = find_leaks(files)
         for path, line in leaks[:50]:
             print(f"solution code in {path}: {line}")
-        print(f"checked {len(files)} files: {len(leaks)} solution lines found")
-        return 1 if leaks else 0
+        copies = near_copies({str(f): notebook_code(f) for f in files if f.suffix == ".ipynb"})
+        for path, cell, graded, shared in copies[:50]:
+            print(f"given code in {path} (code cell {cell}) is a near-copy of the solution of {graded}: "
+                  f"{len(shared)} statements in common")
+        print(f"checked {len(files)} files: {len(leaks)} solution lines, {len(copies)} near-copies found")
+        return 1 if leaks or copies else 0
     if cmd == "nbgrader-course":
         from course.nbgrader_course import main as nbgrader_course
         return nbgrader_course(rest)

@@ -122,6 +122,9 @@ def book_chapters() -> list[str]:
     return [ch for ch in chapters() if ch in listed]
 
 
-def build_pages(force: bool = False) -> list[Path]:
-    """The page of every chapter in the book."""
-    return [build_page(ch, force) for ch in book_chapters()]
+def build_pages(force: bool = False, only: list[str] | None = None) -> list[Path]:
+    """The page of every chapter in the book, or of the chapters named in `only` (NN or NN_name)."""
+    chapters = [ch for ch in book_chapters() if not only or any(ch.startswith(o) for o in only)]
+    if only and not chapters:
+        raise SystemExit(f"no chapter of the book matches {' '.join(only)}")
+    return [build_page(ch, force) for ch in chapters]

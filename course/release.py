@@ -7,20 +7,24 @@ the hidden graders.
 
 Public checks are recorded here, not written by hand: the chapter's hidden
 graders run in this process against the reference solution, with every seed
-shifted (`check.SEED_OFFSET`, and `torch.manual_seed` while a grader builds
-its inputs), behind a stand-in for the student process that records each
+shifted (`autograder.harness.seeds.shifted_seeds`: `check.SEED_OFFSET`, and `torch.manual_seed`
+while a grader builds its inputs), behind a stand-in for the student process that records each
 request they send and answers it with the reference. Requests the graders
 also send with their own seeds (inputs that do not depend on a seed) are
-dropped, so no public check uses a hidden grader's inputs. The reference's
-replies are the expected values; the replies of the chapter's known-wrong
-variants (tests/mistakes/) on the same requests name known mistakes. All of
-it is saved with `torch.save` as plain tensors, numbers and strings, and read
-back with `torch.load(weights_only=True)`.
+dropped, so no public check uses a hidden grader's inputs; a function whose
+inputs no seed draws gets them nudged instead (ints moved by even steps, so
+that an even d_model stays even). The reference's replies are the expected
+values; the replies of the chapter's known-wrong variants (tests/mistakes/)
+on the same requests name known mistakes. Public checks are a subset of
+grading: the release is refused if one fails a known-correct implementation,
+which the hidden graders give full marks (the reference, the alternative
+solution in tests/alternatives/, the variants in other styles in
+tests/variants/). All of it is saved with `torch.save` as plain tensors,
+numbers and strings, and read back with `torch.load(weights_only=True)`.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import importlib
 import io
@@ -40,13 +44,13 @@ import nbformat
 import pytest
 import torch
 
-from autograder.harness import check as checkmod
 from autograder.harness import wire
 from autograder.harness.check import GradingFailure
 from autograder.harness.notebook import read_submission
 from autograder.harness.plugin import GradingPlugin
 from autograder.harness.replay import FORMAT, check_reply
 from autograder.harness.sandbox import Limits
+from autograder.harness.seeds import real_seeds, shifted_seeds
 from autograder.harness.student import StudentError, StudentProcess, clean_reply
 from autograder.harness.worker import answer, run_cells, seed_all
 from course.exercises import ROOT, chapters, exercise_notebook, render
@@ -57,7 +61,6 @@ MAX_CHECKS = 3  # public checks per graded function (one per hidden test, the fi
 MAX_PARTS = 3  # requests per public check
 MAX_REQUEST_BYTES = 256 * 1024
 REPLY_FIELDS = ("value", "grads", "attrs", "param_grads")
-REAL_MANUAL_SEED = torch.manual_seed
 
 
 # ---------------------------------------------------------------- recording the graders' requests
@@ -74,29 +77,6 @@ def reference_namespace(chapter: str, extra_code: str | None = None, path: Path 
     if errors:
         raise RuntimeError(f"the reference of {chapter} fails in cell {errors[0]['cell']}: {errors[0]['message']}")
     return ns
-
-
-@contextlib.contextmanager
-def real_seeds():
-    """torch.manual_seed as it is (the harness seeds every request with it)."""
-    shifted, torch.manual_seed = torch.manual_seed, REAL_MANUAL_SEED
-    try:
-        yield
-    finally:
-        torch.manual_seed = shifted
-
-
-@contextlib.contextmanager
-def shifted_seeds(offset: int):
-    """Every grader seed moved by `offset`: `seeded(n)` and `torch.manual_seed(n)`."""
-    checkmod.SEED_OFFSET = offset
-    if offset:
-        torch.manual_seed = lambda seed: REAL_MANUAL_SEED(int(seed) + offset)
-    try:
-        yield
-    finally:
-        checkmod.SEED_OFFSET = 0
-        torch.manual_seed = REAL_MANUAL_SEED
 
 
 def reply_subset(reply: dict) -> dict:
@@ -176,14 +156,23 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_mistakes(chapter: str) -> list:
-    """The chapter's known-wrong variants (tests/mistakes/NN_name.py), [] if it has none."""
+def _listed(folder: str, chapter: str, name: str) -> list:
+    """`name` of tests/<folder>/NN_name.py, [] if the chapter has no such file."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    try:
-        return list(importlib.import_module(f"tests.mistakes.{chapter}").MISTAKES)
-    except ModuleNotFoundError:
+    if not (ROOT / "tests" / folder / f"{chapter}.py").exists():
         return []
+    return list(getattr(importlib.import_module(f"tests.{folder}.{chapter}"), name))
+
+
+def load_mistakes(chapter: str) -> list:
+    """The chapter's known-wrong variants (tests/mistakes/NN_name.py), [] if it has none."""
+    return _listed("mistakes", chapter, "MISTAKES")
+
+
+def load_variants(chapter: str) -> list:
+    """The chapter's known-correct variants in other styles (tests/variants/NN_name.py), [] if none."""
+    return _listed("variants", chapter, "VARIANTS")
 
 
 def mistaken_namespace(ns: dict, code: str) -> dict | None:
@@ -232,13 +221,14 @@ def build_checks(chapter: str) -> dict:
                 part["mistakes"] = named_mistakes(part, [m for m in mistakes if m.function == function], wrong_ns)
             checks.append({"name": f"{function}: public check {k} of {len(chosen)}", "function": function,
                            "hint": test["hint"], "points": 1.0, "parts": parts})
+    refused = verify_checks({"checks": checks}, correct_implementations(chapter, ns, alternative))
     return {"format": FORMAT, "chapter": chapter, "checks": checks, "uncovered": uncovered,
-            "functions": functions}
+            "functions": functions, "refused": refused}
 
 
 def _nudge(obj: Any, ints: int, flip: bool, text: bool = False, depth: int = 0) -> Any:
-    """`obj` with ints (not bools) moved by `ints`, tensors flipped along their last dim (`flip`) and
-    strings reversed (`text`)."""
+    """`obj` with ints (not bools) moved by `ints` (even: see NUDGES), tensors flipped along their last dim
+    (`flip`) and strings reversed (`text`)."""
     if isinstance(obj, bool) or obj is None:
         return obj
     if isinstance(obj, str):
@@ -254,8 +244,10 @@ def _nudge(obj: Any, ints: int, flip: bool, text: bool = False, depth: int = 0) 
     return obj
 
 
-NUDGES = ((1, False, False), (0, True, False), (1, True, False), (2, False, False), (3, True, False),
-          (0, False, True), (1, True, True))
+# Ints move by even steps: a nudged input keeps the parity of the graders' own (an even d_model stays
+# even), so that it stays in the domain the hidden graders use.
+NUDGES = ((2, False, False), (0, True, False), (2, True, False), (4, False, False), (6, True, False),
+          (0, False, True), (2, True, True))
 
 
 def nudge_records(records: list[dict], ns: dict, secret: set) -> list[tuple[str, dict]]:
@@ -328,24 +320,45 @@ def named_mistakes(part: dict, mistakes: list, wrong_ns: dict) -> dict:
     return found
 
 
-def verify_checks(chapter: str, data: dict, ns: dict) -> list[str]:
-    """Names of public checks the reference itself fails (none, unless a request is not reproducible)."""
+def correct_implementations(chapter: str, ns: dict, alternative: dict | None) -> dict[str, dict]:
+    """{who: names} of every known-correct implementation of the chapter: the reference, the alternative
+    solution and each known-correct variant (tests/variants/) over the reference's names."""
+    found = {"the reference": ns}
+    if alternative is not None:
+        found["the alternative solution"] = alternative
+    for v in load_variants(chapter):
+        variant_ns = mistaken_namespace(ns, v.code)
+        if variant_ns is None:
+            raise RuntimeError(f"{chapter}: the known-correct variant of {v.function} ({v.name}) fails to run")
+        found[f"the variant of {v.function} ({v.name})"] = variant_ns
+    return found
+
+
+def verify_checks(data: dict, implementations: dict[str, dict]) -> list[str]:
+    """'who: check: why' for every public check that a known-correct implementation ({who: names}) fails:
+    a public check stricter than the hidden graders, which they all get full marks from. Cheap: each
+    request is answered in this process."""
     failed = []
-    for check in data["checks"]:
-        for part in check["parts"]:
-            with real_seeds():
-                reply = clean_reply(wire.decode(wire.encode(answer(ns, wire.decode(wire.encode(part["request"]))))))
-            try:
-                check_reply(reply, part)
-            except GradingFailure as exc:
-                failed.append(f"{check['name']}: {exc}")
+    for who, ns in implementations.items():
+        for check in data["checks"]:
+            for part in check["parts"]:
+                with real_seeds():
+                    reply = answer(ns, wire.decode(wire.encode(part["request"])))
+                try:
+                    if not reply.get("ok"):
+                        raise GradingFailure(f"raised {reply.get('type')}: {reply.get('message')}")
+                    check_reply(clean_reply(wire.decode(wire.encode(reply))), part)
+                except GradingFailure as exc:
+                    failed.append(f"{who}: {check['name']}: {str(exc).splitlines()[0][:300]}")
+                    break
     return failed
 
 
 # ---------------------------------------------------------------- the release folder
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
-PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel")  # what exercises and attnkit import
+PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
+          "jupyterlab")  # what students open the notebooks with
 
 
 def requirements() -> str:
@@ -410,26 +423,40 @@ README = """# Attention: from seq2seq to Reformer - exercises
 The exercise notebooks of the open course "Attention: from seq2seq to
 Reformer", with the helper package they use (`attnkit`) and a public
 self-check for each chapter. The book itself, with every chapter's text and
-figures, is published separately.
+figures, is published separately; its page "Working through the exercises"
+also explains Colab and Binder.
 
 ## Set up
 
-    python -m venv .venv && . .venv/bin/activate
-    pip install -r requirements.txt   # pinned versions (a CPU build of torch is enough)
-    pip install -e .                  # attnkit and the checker
+With Python 3.11 (3.10 or newer), in this folder:
 
-On Colab, open a notebook from `exercises/`: its first cell installs what it
-needs.
+```bash
+python3 -m venv .venv
+. .venv/bin/activate
+pip install -r requirements.txt
+pip install -e .
+```
+
+`requirements.txt` pins the versions the course was tested with, JupyterLab
+included; a CPU build of torch is enough. On Colab, open a notebook from
+`exercises/`: its first cell installs what it needs.
 
 ## Work on an exercise
 
-Open `exercises/NN_name.ipynb`, read the chapter, and replace each
-`raise NotImplementedError()` with your code. Keep the names, the arguments
-and the return values the docstrings give: the checks call them.
+```bash
+jupyter lab exercises/02_attention.ipynb
+```
+
+Read the chapter, and replace each `raise NotImplementedError()` with your
+code. Keep the names, the arguments and the return values the docstrings
+give: the checks call them. (The classic notebook works too:
+`pip install notebook`, then `jupyter notebook`.)
 
 ## Check your work
 
-    python -m attnkit check exercises/02_attention.ipynb
+```bash
+python -m attnkit check exercises/02_attention.ipynb
+```
 
 runs your notebook as "Restart & Run All" would (cells tagged
 `skip-grading`, which train or draw, are skipped), in a sandbox
@@ -446,6 +473,13 @@ you whether the idea is right; they are not the grade.
 
 Chapters and their public checks: {chapters}.
 
+## Hand it in
+
+Hand in the notebook file itself (`exercises/02_attention.ipynb`), under its
+own name, the way your instructor says: Gradescope, your LMS, or nbgrader.
+Run "Restart Kernel and Run All Cells" and the check first: the grader runs
+the notebook from the top in a fresh process, as the check does.
+
 ## What is here
 
 | path | what |
@@ -459,14 +493,14 @@ Released under the MIT licence (LICENSE).
 
 
 CACHE = ROOT / "_build" / "public-checks"
-RECORDING_VERSION = 2  # bump when the way checks are recorded changes: it invalidates the cache
+RECORDING_VERSION = 3  # bump when the way checks are recorded changes: it invalidates the cache
 
 
 def inputs_key(chapter: str) -> str:
     """A hash of everything a chapter's public checks are computed from."""
     files = [ROOT / "solutions" / f"{chapter}.py", ROOT / "autograder" / "graders" / f"test_{chapter}.py",
              ROOT / "autograder" / "graders" / "conftest.py", ROOT / "tests" / "mistakes" / f"{chapter}.py",
-             ROOT / "tests" / "alternatives" / f"{chapter}.py",
+             ROOT / "tests" / "alternatives" / f"{chapter}.py", ROOT / "tests" / "variants" / f"{chapter}.py",
              *sorted(HARNESS.glob("*.py")), *sorted((ROOT / "attnkit").glob("*.py"))]
     h = hashlib.sha256(f"recording {RECORDING_VERSION}".encode())
     for f in files:
@@ -481,9 +515,9 @@ def cached_checks(chapter: str) -> tuple[dict, Path]:
     if path.exists():
         return torch.load(path, weights_only=True), path
     data = build_checks(chapter)
-    failed = verify_checks(chapter, data, reference_namespace(chapter))
-    if failed:
-        raise RuntimeError(f"{chapter}: the reference fails its own public checks: {failed[:3]}")
+    if data["refused"]:
+        raise RuntimeError(f"{chapter}: {len(data['refused'])} public checks fail a known-correct implementation "
+                           "(which the hidden graders give full marks): " + "; ".join(data["refused"][:5]))
     if data["uncovered"]:
         raise RuntimeError(f"{chapter}: no public check for {', '.join(data['uncovered'])}")
     parts = [p for c in data["checks"] for p in c["parts"]]
@@ -589,12 +623,16 @@ def shipped_text() -> str:
 
 def release_leaks(folder: Path = OUT) -> list[tuple[Path, str]]:
     """(file, what) for everything in the release that must not be there: solution lines (the book's
-    leak checker), hidden graders' code lines, and files or folders of the instructor's side."""
-    from course.leaks import find_leaks, normalise
+    leak checker), near-copies of a graded solution in given code, hidden graders' code lines, and files
+    or folders of the instructor's side."""
+    from course.leaks import find_leaks, near_copies, normalise, notebook_code
     files = [f for f in folder.rglob("*") if f.is_file() and "__pycache__" not in f.parts]
     texts = [f for f in files if f.suffix in {".html", ".ipynb", ".txt", ".md", ".py", ".js", ".json", ".toml"}]
     given = shipped_text()  # a line the provided packages hold is given code, not evidence (`return tokens`)
     leaks = [(p, f"solution line: {ln}") for p, ln in find_leaks(texts) if ln not in given]
+    notebooks = {f: notebook_code(f) for f in texts if f.suffix == ".ipynb"}
+    leaks += [(p, f"near-copy of the solution of {graded} in code cell {cell}: {len(shared)} statements")
+              for p, cell, graded, shared in near_copies(notebooks)]
     needles = grader_lines()
     for path in texts:
         text = normalise(path.read_text(errors="ignore"))

@@ -103,10 +103,10 @@ _ = torch.manual_seed(0)
 #
 # with a GELU in the MLP, as both GPTs (GPT-2's code uses the tanh
 # approximation of the GELU; we use PyTorch's exact `nn.GELU()`). Chapter
-# 3 measured why pre-norm: it trains without a warm-up where post-norm
-# does not. We still use a short warm-up in the experiment below, as GPT-1
-# and GPT-2 did: it is a cheap precaution for Adam's first steps, not a
-# requirement of pre-norm.
+# 3 measured that pre-norm trains without a warm-up where post-norm did
+# not, on its task. We still use a short warm-up in the experiment below,
+# as GPT-1 (and later GPT-3) did: it is a cheap precaution for Adam's first
+# steps, not a requirement of pre-norm.
 
 # %% [markdown]
 # ## Implementation
@@ -802,8 +802,16 @@ plt.show()
 # a format without `>` at $3\cdot10^{-3}$ (1400 steps), and PyTorch's
 # default initialisation (600 steps). The curve GPT-3 reports, accuracy
 # rising with the number of shots with no change of the weights, needs the
-# mechanism to form first; exercise 1 below asks you to train longer and
-# see whether it appears.
+# mechanism to form first.
+#
+# A second explanation, an argument rather than a measurement, points at
+# the task itself. Each sequence's $f$ reshuffles the *same* 8 letters,
+# so every letter is equally likely to be the answer unless the model does
+# the whole "find the earlier demonstration, copy what followed" at once:
+# a letter already shown as an answer is right with probability 1/8, and
+# so is one not shown. No partial solution lowers the loss, and gradient
+# descent has no first step to take. Exercise 1 changes the task so that
+# one does.
 #
 # The task marker, by contrast, needs nothing from the context and is
 # learned within the same 400 steps: the model, prompted with `+` and no
@@ -812,6 +820,49 @@ plt.show()
 # like GPT-2's `TL;DR:`: a zero-shot prompt works, a few-shot one does not
 # yet.
 #
+# ### Measuring an induction head
+#
+# How would we know an induction head had formed? Olsson et al. measure
+# each head's *prefix-matching score*: on a sequence with repeated tokens,
+# the attention a token pays to the position right *after* its earlier
+# occurrences. An induction head puts most of its weight there; a head
+# that attends to the earlier occurrence itself (a duplicate-token head)
+# scores 0. You write it; exercises 1 and 5 use it on a trained model.
+
+# %% nbgrader={"grade": false, "grade_id": "prefix_matching_score", "locked": false, "schema_version": 3, "solution": true}
+def prefix_matching_score(attn: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Per-head prefix-matching score, (H,).
+
+    attn: (B, H, T, T) causal attention weights, attn[b, h, i, j] from query i to key j;
+    tokens: (B, T) the token ids. A query position i *repeats* if tokens[b, j] == tokens[b, i]
+    for some earlier j < i. Its score is the attention from i to the positions j + 1 right after
+    all such earlier occurrences j (summed over them). The result is, per head, the mean of that
+    score over every repeating position of every sequence (0 if no position repeats).
+    """
+    ### BEGIN SOLUTION
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]                       # (B, T, T) [i, j]
+    earlier = same & torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril(-1)
+    after = torch.zeros_like(earlier)                                     # [i, j + 1]
+    after[:, :, 1:] = earlier[:, :, :-1]
+    repeats = earlier.any(-1)                                             # (B, T)
+    mass = (attn * after[:, None]).sum(-1)                                # (B, H, T)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)   # (H,)
+    ### END SOLUTION
+
+
+# %%
+# Check on hand-made weights: head 0 attends to the token after the earlier occurrence,
+# head 1 to the earlier occurrence itself. tokens 5 6 5: position 2 repeats position 0.
+toy = torch.zeros(1, 2, 3, 3)
+toy[0, :, 0, 0] = 1
+toy[0, :, 1, 1] = 1
+toy[0, 0, 2, 1] = 1                   # 5 at position 2 -> position 1, after the first 5
+toy[0, 1, 2, 0] = 1                   # -> position 0, the first 5 itself
+print(prefix_matching_score(toy, torch.tensor([[5, 6, 5]])))   # tensor([1., 0.])
+
+
+# %% [markdown]
 # ### Sampling on a real next-token distribution
 #
 # Take a one-shot `?` prompt. Its query letter was not demonstrated, but
@@ -869,7 +920,7 @@ big = gpt_init_(GPT(len(VOCAB), d_model=128, n_heads=4, d_ff=512, n_layers=2, ma
 start = torch.randint(0, K, (1, 10), generator=torch.Generator().manual_seed(0))
 cache_rows = []
 for n_new in (50, 200, 500):
-    t0 = time.process_time()                    # CPU time of this process: robust to other load
+    t0 = time.process_time()                    # CPU time of this process: leaves out waiting
     slow = generate(big, start, n_new, temperature=0, use_cache=False)
     t1 = time.process_time()
     fast = generate(big, start, n_new, temperature=0, use_cache=True)
@@ -952,10 +1003,13 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 #
 # ## Exercises
 #
-# 1. **Watch for in-context learning.** Train the ICL model for 5000
-#    steps (on a GPU, or with patience) and plot the 8-shot accuracy every
-#    250 steps. Does it leave chance, and if so when, and how abruptly? (We
-#    have not run this: 1400 steps were the most we tried.)
+# 1. **A task with a first step.** Map the 8 letters onto 8 of 16
+#    separate label tokens (an injective $f$, a fresh one per sequence),
+#    write the pairs without separators (`x y x y ...`, 16 pairs) and put
+#    the loss on every label. Train for 1000-2000 steps and plot the
+#    8-shot accuracy every 100 steps. Does it leave chance (now 1/16), and
+#    how abruptly? Measure `prefix_matching_score` of every head before and
+#    after. (Open: no grader.)
 # 2. **Post-norm.** Rewrite `GPTBlock` in GPT-1's post-norm form (no final
 #    LayerNorm) and train the ICL model again without the warm-up. What
 #    happens?
@@ -969,12 +1023,11 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 #    for every letter. Does the model generalise to letters it has not seen
 #    demonstrated?
 # 5. **Where is the copying?** In the model of exercise 1 (if it left
-#    chance), plot the attention weights of the query position (the `>`
-#    after the query letter) in both layers. Find a head that attends to
-#    the answer of an earlier demonstration of the query letter: in
-#    `x > y` the answer $y$ sits two positions after $x$ (an induction
-#    head, shifted by the `>`). The 400-step model of this chapter has no
-#    such head to find.
+#    chance), compute `prefix_matching_score` of every head on held-out
+#    sequences and plot the attention weights of the head with the highest
+#    score in layer 2. Then zero that head's output (before `w_o`) and
+#    measure the 8-shot accuracy again; zero another head for comparison.
+#    The 400-step model of this chapter has no such head to find.
 # 6. **Cache memory.** Grouped-query attention shares one key/value head
 #    between several query heads. How much smaller is the cache with 4
 #    query heads and 1 key/value head, and what changes in

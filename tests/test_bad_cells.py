@@ -1,4 +1,4 @@
-"""One bad cell must not cost the whole notebook (README: "One bad cell").
+"""One bad cell must not cost the whole notebook (book/instructors/grading.md, "One bad cell").
 
 Each test appends one top-level cell to the toy chapter's correct solution
 (5 points) and grades it, in bubblewrap mode and in the fallback. A cell that

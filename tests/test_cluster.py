@@ -229,8 +229,8 @@ def test_a_slurm_config_file_gives_workers_of_one_thread_each_from_the_course_ve
     pytest.importorskip("dask_jobqueue")
     import dask.config
     from autograder.cluster.jobqueue import JobqueueError, make_cluster
-    readme = (ROOT / "README.md").read_text()
-    config = readme.split("<!-- slurm-config -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    page = (ROOT / "book" / "instructors" / "cluster.md").read_text()  # the instructors' guide, "Slurm"
+    config = page.split("<!-- slurm-config -->\n```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "jobqueue.yaml").write_text(config)
     cluster = make_cluster("slurm", tmp_path / "jobqueue.yaml")
     try:

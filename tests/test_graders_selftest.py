@@ -1,5 +1,6 @@
 """Do the hidden graders work? Solutions get full marks, released exercises get 0
-with a hint on every test, and every known-wrong variant loses points."""
+with a hint on every test, every known-wrong variant loses points, and every known-correct
+variant in another style (tests/variants/) keeps full marks."""
 from __future__ import annotations
 
 import runpy
@@ -35,7 +36,7 @@ def test_solution_gets_full_marks(chapter, sandbox):
     result = grade_submission(solutions_dir() / f"{chapter}.py", sandbox)
     failed = [f"{t['name']}: {t['output']}" for t in result["tests"] if t["status"] != "passed"]
     assert not failed, "\n".join(failed)
-    assert result["score"] == result["max_score"] == max_points(chapter, result["extra_data"]["cuda"]) > 0
+    assert result["score"] == result["max_score"] == max_points(chapter) > 0
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -43,7 +44,7 @@ def test_released_exercise_gets_zero_with_hints(chapter, sandbox):
     result = grade_submission(ROOT / "exercises" / f"{chapter}.ipynb", sandbox)
     assert result["extra_data"]["status"] == "graded"
     assert result["score"] == 0, [t["name"] for t in result["tests"] if t["score"] > 0]
-    assert result["max_score"] == max_points(chapter, result["extra_data"]["cuda"])
+    assert result["max_score"] == max_points(chapter)
     for test in result["tests"]:
         if test["max_score"]:
             assert "Hint:" in test["output"], f"no hint for {test['name']}"
@@ -66,6 +67,28 @@ def test_known_mistake_loses_points(chapter, mistake, sandbox, tmp_path):
     if mistake.feedback:
         text = "\n".join(t["output"] for t in lost)
         assert mistake.feedback.lower() in text.lower(), f"feedback does not name the mistake:\n{text}"
+
+
+def variants(chapter: str) -> list:
+    path = ROOT / "tests" / "variants" / f"{chapter}.py"
+    return runpy.run_path(str(path))["VARIANTS"] if path.exists() else []
+
+
+def _variant_cases():
+    return [pytest.param(ch, v, id=f"{ch}-{v.function}-{v.name[:40]}") for ch in CHAPTERS for v in variants(ch)]
+
+
+@pytest.mark.parametrize("chapter,variant", _variant_cases())
+def test_known_correct_variant_keeps_full_marks(chapter, variant, sandbox, tmp_path):
+    """A correct implementation in another style (tests/variants/) loses no point on its function's tests."""
+    source = (solutions_dir() / f"{chapter}.py").read_text()
+    other = tmp_path / f"{chapter}.py"
+    other.write_text(source + "\n\n# %%\n" + variant.code.strip() + "\n")
+    result = grade_submission(other, sandbox, only=variant.function)
+    own = [t for t in result["tests"] if variant.function in t.get("tags", [])]
+    assert own, f"no grader is tagged with {variant.function}"
+    lost = [f"{t['name']}: {t['output']}" for t in own if t["score"] < t["max_score"]]
+    assert not lost, "\n".join(lost)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

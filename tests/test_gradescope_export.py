@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.exports.gradescope import export, find_notebook
+from autograder.cli import main
+from autograder.exports.gradescope import check_zip, export, find_notebook
+from autograder.version import grader_version
 from tests.batch.toy import CHAPTER, make_notebook, toy_chapter  # noqa: F401 - fixture
 
 
@@ -44,12 +46,24 @@ def test_the_zip_holds_the_scripts_the_hidden_tests_and_the_reference(exported):
             f"solutions/{CHAPTER}.py", "attnkit/__init__.py"} <= names
     assert not any(n.startswith(("tests/", "exercises/")) or "__pycache__" in n for n in names)
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
-    assert config == {"chapter": CHAPTER, "call_timeout": 5.0}
+    assert config == {"chapter": CHAPTER, "call_timeout": 5.0, "grader_version": grader_version(CHAPTER),
+                      "visibility": {"result": "visible", "hidden_tests": "after_due_date", "public_checks": "visible"}}
+    assert "course_secret" not in names and "public_checks.pt" not in names  # only when asked for
     assert "torch==" in requirements and "pytest==" in requirements
     for script in ("setup.sh", "run_autograder"):
         with zipfile.ZipFile(exported) as zf:
             text = zf.read(script).decode()
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_zip_older_than_the_graders_is_detected(exported, toy_chapter, capsys):
+    assert check_zip(exported)[0] and main(["check-zip", str(exported)]) == 0
+    grader = toy_chapter / "graders" / f"test_{CHAPTER}.py"
+    grader.write_text(grader.read_text().replace('@graded("scale", points=1', '@graded("scale", points=10'))
+    current, message = check_zip(exported)
+    assert not current and "STALE" in message and f"export-gradescope {CHAPTER}" in message
+    capsys.readouterr()
+    assert main(["check-zip", str(exported)]) == 1 and "STALE" in capsys.readouterr().err
 
 
 def test_an_unknown_chapter_is_refused(toy_chapter, tmp_path):
@@ -75,7 +89,7 @@ def test_run_autograder_grades_as_an_unprivileged_user_and_writes_results(export
     if os.geteuid() == 0:
         assert printed == {str(result["extra_data"]["student_uid"])}
     assert oct((tmp_path / "autograder" / "source").stat().st_mode & 0o777) == "0o700"  # hidden from students
-
+    assert result["extra_data"]["grader_version"] == grader_version(CHAPTER)  # the zip holds what the hash covers
 
 
 def test_no_notebook_still_gives_gradescope_a_result(exported, tmp_path):

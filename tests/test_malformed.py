@@ -15,7 +15,7 @@ from autograder.harness.notebook import read_submission
 from autograder.harness.sandbox import Limits, Sandbox
 
 CHAPTER = Path(__file__).resolve().parent / "hostile" / "chapter"
-TOY, TOY_POINTS = "99_toy", 5.0
+TOY, TOY_POINTS = "99_toy", 6.0  # its CUDA test counts on every machine (simulated CUDA here)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
 from autograder.harness import wire
 from autograder.harness.replay import load_checks
+from course.exercises import read_solution
+from course.leaks import solution_regions
 from course.release import build_release, grader_lines, load_mistakes, record, reference_namespace, release_leaks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,9 +85,16 @@ def test_the_leak_checker_finds_solution_lines_grader_lines_and_instructor_files
     (copy / "attnkit" / "extra.py").write_text(solution)
     (copy / "autograder" / "graders").mkdir()
     (copy / "autograder" / "graders" / "x.txt").write_text("")
+    beam = next(c for c in read_solution("01_seq2seq").cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "beam_search")
+    copied = re.sub(r"\blive\b", "alive", "\n".join(solution_regions(beam.source)))  # renamed: no verbatim line
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"def helper(step_fn):\n{copied}")])
+    nbformat.write(notebook, copy / "exercises" / "given.ipynb")
     found = release_leaks(copy)
     kinds = {what.split(":")[0] for _, what in found}
     assert {"grader line", "solution line", "instructor-only file"} <= kinds, found[:5]
+    assert any(p.name == "given.ipynb" and what.startswith("near-copy of the solution of 01_seq2seq: beam_search")
+               for p, what in found), found[:5]
 
 
 def test_the_harness_imports_nothing_of_the_instructors_side():

@@ -1,4 +1,4 @@
-"""Hostile submissions, each proving one property of the sandbox (README: "The sandbox around student code").
+"""Hostile submissions, each proving one property of the sandbox (book/instructors/sandbox.md).
 
 Every test grades the toy chapter in tests/hostile/chapter (a solution and its
 hidden graders, 5 points in 3 tests) with one of the hostile cells of
@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 HOSTILE = HERE / "hostile"
 CHAPTER = HOSTILE / "chapter"
-TOY = "99_toy"
+TOY = "99_toy"  # 6 points: 5, and 1 for its CUDA test (on the simulated CUDA device where no GPU is usable)
 SECRET = "hidden-grader-source-7d1f"  # in the toy graders' source; never in feedback
 LIMITS = Limits(call_seconds=1.5, load_seconds=5, submission_seconds=60, memory_bytes=1 << 30,
                 cpu_seconds=30, processes=32)
@@ -158,7 +158,7 @@ def marker():
 # ---------------------------------------------------------------- a dying process costs one test
 def test_the_toy_solution_gets_full_marks(box, tmp_path):
     result = grade(box, tmp_path)
-    assert (result["score"], result["max_score"]) == (5, 5), result["output"]
+    assert (result["score"], result["max_score"]) == (6, 6), result["output"]
     assert result["extra_data"]["isolation"] == box.isolation
 
 
@@ -168,7 +168,7 @@ def test_exit_and_timeout_cost_one_test_each(box, tmp_path):
     assert "in `causal_mask`" in tests["causal_mask"]["output"]
     assert "ran longer than 1.5 s in `scaled_scores`" in tests["scaled_scores"]["output"]
     assert tests["noisy_sum"]["status"] == "passed"  # in a fresh process
-    assert (result["score"], result["max_score"]) == (1, 5)
+    assert (result["score"], result["max_score"]) == (1, 6)
 
 
 def test_segfault_and_memory_hog_cost_one_test_each(box, tmp_path):
@@ -183,7 +183,7 @@ def test_segfault_and_memory_hog_cost_one_test_each(box, tmp_path):
 
 def test_a_cell_that_ends_its_process_costs_only_itself(box, tmp_path):
     result = grade(box, tmp_path, "load_exit")
-    assert (result["score"], result["max_score"]) == (5, 5), result["output"]
+    assert (result["score"], result["max_score"]) == (6, 6), result["output"]
     assert "exited with code 9" in result["output"] and "run again without it" in result["output"]
 
 
@@ -192,8 +192,8 @@ def test_killing_its_parent_costs_one_test_and_the_sandbox_goes_on(box, tmp_path
     tests = by_function(result := grade(box, tmp_path / "a", "kill_parent", kill_all=kill_all))
     assert tests["causal_mask"]["status"] == "failed" and "`causal_mask`" in tests["causal_mask"]["output"]
     assert tests["scaled_scores"]["status"] == tests["noisy_sum"]["status"] == "passed"
-    assert result["score"] == 3
-    assert grade(box, tmp_path / "b")["score"] == 5
+    assert result["score"] == 4
+    assert grade(box, tmp_path / "b")["score"] == 6
 
 
 def test_submission_wall_clock_budget_stops_grading(box, tmp_path):
@@ -224,7 +224,7 @@ def test_fork_bomb_is_bounded_and_cleaned_up(box, tmp_path):
     before = descendants(box.proc.pid)
     tests = by_function(result := grade(box, tmp_path, "fork_bomb"))  # the real thing, now that it is bounded
     assert "ran longer than 1.5 s in `causal_mask`" in tests["causal_mask"]["output"]
-    assert result["score"] == 3
+    assert result["score"] == 4
     assert descendants(box.proc.pid) == before
 
 
@@ -245,7 +245,7 @@ def test_detached_daemon_cannot_rewrite_the_results(box, tmp_path, marker):
     write_json(results, result)
     time.sleep(1.0)  # the daemon rewrote the file every 50 ms while it lived
     assert json.loads(results.read_text()) == result
-    assert result["score"] == 5 and processes_with(tag) == []
+    assert result["score"] == 6 and processes_with(tag) == []
     if box.host_uid:
         assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == box.host_uid]
 
@@ -270,7 +270,7 @@ def test_temporary_folder_is_private_to_each_submission(box):
 
 # ---------------------------------------------------------------- its tricks change nothing
 def test_monkeypatching_the_checks_changes_no_grade(box, tmp_path):
-    assert grade(box, tmp_path / "right", "monkeypatch")["score"] == 5
+    assert grade(box, tmp_path / "right", "monkeypatch")["score"] == 6
     result = grade(box, tmp_path / "wrong", "monkeypatch", "wrong_answers")
     assert result["score"] == 0
     assert all(t["status"] == "failed" for t in result["tests"])
@@ -286,7 +286,7 @@ def test_monkeypatching_the_checks_changes_no_grade(box, tmp_path):
 def test_fake_output_changes_neither_grade_nor_structure(box, tmp_path):
     good = grade(box, tmp_path / "good")
     result = grade(box, tmp_path / "fake", "fake_output")
-    assert result["score"] == 3 and by_function(result)["causal_mask"]["status"] == "failed"
+    assert result["score"] == 4 and by_function(result)["causal_mask"]["status"] == "failed"
     assert result.keys() == good.keys() and result["extra_data"].keys() == good["extra_data"].keys()
     assert [(t["name"], t["max_score"]) for t in result["tests"]] == [(t["name"], t["max_score"]) for t in good["tests"]]
     text = json.dumps(result)
@@ -331,7 +331,7 @@ def test_wire_refuses_pickles_and_malformed_tensors(tmp_path):
 def test_grading_twice_gives_identical_results(box, tmp_path):
     first = grade(box, tmp_path / "a", "randomness")
     second = grade(box, tmp_path / "b", "randomness")
-    assert first["score"] == 5
+    assert first["score"] == 6
     assert without_timing(first) == without_timing(second)
 
 
@@ -357,7 +357,7 @@ def test_hidden_grader_source_never_reaches_feedback(bwrap_box, tmp_path):
     result = grade(bwrap_box, tmp_path, "escape")
     assert SECRET not in json.dumps(result)
     outputs = [t["output"] for t in result["tests"] if t["score"] < t["max_score"]]
-    assert result["score"] == 5, outputs
+    assert result["score"] == 6, outputs
 
 
 def test_loopback_server_is_unreachable(bwrap_box):
@@ -431,5 +431,5 @@ def test_sandbox_starts_a_new_zygote_when_its_zygote_dies(process_box, tmp_path)
             proc.call("nap", (10,), timeout=5)
     finally:
         proc.close()
-    assert grade(box, tmp_path)["score"] == 5
+    assert grade(box, tmp_path)["score"] == 6
     assert box.restarts == restarts + 1

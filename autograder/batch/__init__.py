@@ -11,12 +11,15 @@
   per submission (a worker that overruns is killed and replaced) and is the
   only writer of results: OUT/<submission>/results.json, written atomically.
 - A submission is finished when its results.json exists, has a final status
-  (graded, error or timeout) and records the sha256 of the file it graded. A
-  rerun skips finished submissions (unless `force`), regrades changed files
-  and retries those whose grading crashed (status "crashed": the grader's
-  fault, not the student's).
-- OUT/grades.csv is rebuilt from the results.json files at the end, also
-  after Ctrl-C or a failure, so no submission is lost or counted twice.
+  (graded, error or timeout) and records the sha256 of the file it graded,
+  and current when it was graded as the batch's chapter by today's graders,
+  reference and harness (`autograder.version`). A rerun skips current
+  submissions (unless `force`), regrades changed files and results that
+  predate the graders (and says how many), and retries those whose grading
+  crashed (status "crashed": the grader's fault, not the student's).
+- OUT/grades.csv is rebuilt from every results.json in OUT at the end (those
+  of students not graded in this run too), also after Ctrl-C or a failure,
+  so no submission is lost or counted twice.
 """
 from __future__ import annotations
 
@@ -35,10 +38,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from autograder.harness.atomic import write_json
-from autograder.batch.io import (FINAL, Job, Report, failure_result, find_jobs, is_finished, locked,
-                                 read_result, result_path, sha256_of, stamp, write_grades_csv, write_lms_csv)
+from autograder.batch.io import (FINAL, Job, Report, failure_result, find_jobs, is_current, is_finished, locked,
+                                 read_result, result_path, same_files_as_before, select_students, sha256_of, stamp,
+                                 student_id,
+                                 whole, write_grades_csv, write_lms_csv)
 
-__all__ = ["FINAL", "Job", "Report", "Settings", "find_jobs", "plan", "run_batch", "write_lms_csv"]
+__all__ = ["FINAL", "Job", "Report", "Settings", "find_jobs", "plan", "record_alone", "run_batch",
+           "same_files_as_before", "select_students", "sha256_of", "stamp", "write_lms_csv"]
 
 STARTUP_SECONDS = 180.0  # for a new worker to start its sandbox
 
@@ -57,6 +63,7 @@ class Settings:
     force: bool = False
     progress: bool = True
     worker: str = "autograder.batch.worker"  # the module each worker runs (`python -m WORKER FD`)
+    secret: bytes = b""  # the course secret: per-student hidden inputs (`autograder.harness.seeds`)
 
     def threads(self) -> int:
         """Torch threads per worker and per student process: the cores shared out."""
@@ -234,17 +241,53 @@ def progress_bar(settings: Settings, total: int, done: int):
                 disable=not settings.progress, dynamic_ncols=True, smoothing=0.1)
 
 
-def plan(jobs: list[Job], out: Path, force: bool = False) -> tuple[Report, list[tuple[Job, str]]]:
-    """What is already done (in the report, as `skipped`) and what to grade: (job, sha256) pairs."""
-    report, todo = Report(jobs, {}), []
+def plan(jobs: list[Job], out: Path, force: bool = False, chapter: str | None = None,
+         secret: bytes = b"") -> tuple[Report, list[tuple[Job, str]]]:
+    """What is already done (in the report, as `skipped`) and what to grade: (job, sha256) pairs.
+
+    A finished result is done when it is current (`is_current`): graded as the job's chapter (the
+    job's own, else `chapter`) by today's graders; the others are counted in `report.stale`.
+    """
+    report, todo, versions = Report(list(jobs), {}), [], {}
     for job in jobs:
         sha, stored = sha256_of(job.path), read_result(out, job)
         report.results[job.name] = stored if stored and stored["extra_data"].get("sha256") == sha else None
         if not force and is_finished(stored, sha):
-            report.skipped += 1
-        else:
-            todo.append((job, sha))
+            if is_current(stored, job.chapter or chapter, versions, expected_inputs(job, secret)):
+                report.skipped += 1
+                continue
+            graded_as = stored["extra_data"].get("chapter") or "?"
+            report.stale[graded_as] = report.stale.get(graded_as, 0) + 1
+        todo.append((job, sha))
     return report, todo
+
+
+def expected_inputs(job: Job, secret: bytes) -> str | None:
+    """The `inputs_id` a current result of `job` records: its student's, under a course secret."""
+    if not secret:
+        return None
+    from autograder.harness.seeds import inputs_id, student_key
+    return inputs_id(student_key(secret, student_id(job)))
+
+
+def stale_message(report: Report) -> str:
+    """E.g. "22 results predate the graders (22 of 02_attention: ...): regrading them" ("" when none do)."""
+    if not report.stale:
+        return ""
+    parts = ", ".join(f"{n} of {chapter}" for chapter, n in sorted(report.stale.items()))
+    total = sum(report.stale.values())
+    return (f"{total} result{'s' if total > 1 else ''} predate the graders ({parts}: graders, reference or "
+            f"harness changed since, graded as another chapter, or under another course secret): regrading {'them' if total > 1 else 'it'}")
+
+
+def record_alone(out: Path, job: Job, result: dict) -> Report:
+    """Store one result graded outside a batch (a notebook given alone), then rebuild grades.csv from
+    every result in OUT; returns the whole class's report."""
+    with locked(out):
+        write_json(result_path(out, job), result)
+        report = whole(Report([job], {job.name: result}, graded=1), out)
+        write_grades_csv(out, report)
+    return report
 
 
 def run_batch(jobs: list[Job], settings: Settings,
@@ -256,7 +299,9 @@ def run_batch(jobs: list[Job], settings: Settings,
     """
     out = Path(settings.out)
     with locked(out), sigterm_as_interrupt():
-        report, todo = plan(jobs, out, settings.force)
+        report, todo = plan(jobs, out, settings.force, settings.chapter, settings.secret)
+        if report.stale:
+            print(stale_message(report), file=sys.stderr)
         bar = progress_bar(settings, len(jobs), report.skipped)
 
         def record(job: Job, result: dict) -> None:
@@ -275,5 +320,5 @@ def run_batch(jobs: list[Job], settings: Settings,
             report.interrupted = True
         finally:
             bar.close()
-            write_grades_csv(out, report)
+            write_grades_csv(out, whole(report, out))  # every result in OUT: no row lost to a subset
     return report

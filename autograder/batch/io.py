@@ -12,15 +12,17 @@ import fcntl
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 from autograder.harness.atomic import write_csv
+from autograder.late import CSV_COLUMNS as LATE_COLUMNS, csv_cells as late_cells
+from autograder.version import grader_version
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
-CSV_HEADER = ["submission", "chapter", "score", "max", "status"]
+CSV_HEADER = ["submission", "chapter", "score", "max", "status", *LATE_COLUMNS]  # score: after any late penalty
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Job:
     path: Path
     student: str  # the id an LMS or nbgrader knows the student by
     notebook: str = ""  # the notebook's name (its file stem)
+    chapter: str | None = None  # the assignment it was handed in for, where known per notebook (nbgrader)
 
 
 @dataclass
@@ -41,6 +44,7 @@ class Report:
     results: dict[str, dict | None]
     graded: int = 0
     skipped: int = 0
+    stale: dict[str, int] = field(default_factory=dict)  # chapter -> results that predate its graders
     interrupted: bool = False
     aborted: str = ""  # why the batch stopped early, if it did
 
@@ -79,6 +83,12 @@ def find_jobs(paths: list[str]) -> list[Job]:
     return [Job(n if counts[n] == 1 else f"{n}-{i}", f, s, f.stem) for i, (n, f, s) in enumerate(found)]
 
 
+def student_id(job: Job) -> str:
+    """The id a student's per-student inputs and the similarity report go by: the batch's student name
+    (the first folder under the class folder, or the file's stem). The one place to map it to an LMS id."""
+    return job.student
+
+
 def sha256_of(path: Path) -> str:
     """The file's sha256 ("" if it cannot be read: grading will say why)."""
     try:
@@ -102,20 +112,36 @@ def read_result(out: Path, job: Job) -> dict | None:
 
 
 def is_finished(result: dict | None, sha: str) -> bool:
-    """Whether a stored result stands: final status, and graded from this very file."""
+    """Whether a stored result is complete: final status, and graded from this very file."""
     if not result:
         return False
     extra = result["extra_data"]
     return extra.get("status") in FINAL and bool(sha) and extra.get("sha256") == sha
 
 
+def is_current(result: dict, chapter: str | None, versions: dict[str | None, str],
+               inputs: str | None = None) -> bool:
+    """Whether a finished result stands: graded as `chapter` (when the batch knows it) by the graders,
+    reference and harness as they are now (`versions`: chapter -> grader version, filled as needed), on
+    the same inputs (`inputs`: the student's `inputs_id` under a course secret, None for the shared ones)."""
+    if result["extra_data"].get("inputs_id") != inputs:
+        return False
+    graded_as = result["extra_data"].get("chapter")
+    if chapter and graded_as != chapter:
+        return False
+    if graded_as not in versions:
+        versions[graded_as] = grader_version(graded_as)
+    return result["extra_data"].get("grader_version") == versions[graded_as]
+
+
 def csv_row(job: Job, result: dict | None) -> list:
-    """submission, chapter, score, max, status (empty score for a submission not graded yet)."""
+    """submission, chapter, score, max, status, then raw_score, penalty, hours_late (empty score for a
+    submission not graded yet)."""
     if result is None:
-        return [job.name, "", "", "", "pending"]
+        return [job.name, "", "", "", "pending", *late_cells(None)]
     extra = result.get("extra_data", {})
     return [job.name, extra.get("chapter") or "", f"{result['score']:g}", f"{result['max_score']:g}",
-            extra.get("status", "?")]
+            extra.get("status", "?"), *late_cells(result)]
 
 
 def write_grades_csv(out: Path, report: Report) -> Path:
@@ -150,15 +176,67 @@ def write_lms_csv(path: Path, report: Report, columns: tuple[str, str] = ("stude
 def stamp(result: dict, job: Job, sha: str) -> dict:
     """Add the batch's bookkeeping to a result: which file, which student, when."""
     result.setdefault("extra_data", {}).update(
-        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha,
+        submission=job.name, student=job.student, notebook=job.notebook, sha256=sha, path=str(Path(job.path).resolve()),
         graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return result
+
+
+# ---------------------------------------------------------------- the whole class
+def stored_results(out: Path) -> dict[str, dict]:
+    """Every readable results.json under OUT, by submission name (its folder under OUT)."""
+    found = {}
+    for path in sorted(out.rglob("results.json")):
+        name = path.parent.relative_to(out).as_posix()
+        result = read_result(out, Job(name, path, ""))
+        if result is not None and name != ".":
+            found[name] = result
+    return found
+
+
+def stored_job(name: str, result: dict) -> Job:
+    """The job a stored result was graded as (from its bookkeeping)."""
+    extra = result["extra_data"]
+    return Job(name, Path(extra.get("path") or name), extra.get("student") or name.split("/")[0],
+               extra.get("notebook") or Path(name).name, extra.get("chapter"))
+
+
+def whole(report: Report, out: Path) -> Report:
+    """Add to `report` every result in OUT that its jobs do not cover (students not (re)graded this
+    run), so the class tables are rebuilt from every result; jobs sorted by name."""
+    covered = {job.name for job in report.jobs}
+    for name, result in stored_results(out).items():
+        if name not in covered:
+            report.jobs.append(stored_job(name, result))
+            report.results[name] = result
+    report.jobs.sort(key=lambda job: job.name)
+    return report
+
+
+def same_files_as_before(jobs: list[Job], out: Path) -> list[Job]:
+    """`jobs` with the name and student of the result OUT already holds for the same file, if any: a
+    notebook given on its own is then the same submission as in the class run (no second row)."""
+    by_path = {result["extra_data"].get("path"): (name, result) for name, result in stored_results(out).items()}
+    aligned = []
+    for job in jobs:
+        name, result = by_path.get(str(job.path.resolve()), (None, None))
+        aligned.append(job if name is None else replace(job, name=name, student=result["extra_data"].get(
+            "student") or job.student, notebook=result["extra_data"].get("notebook") or job.notebook))
+    return aligned
+
+
+def select_students(jobs: list[Job], students: list[str]) -> tuple[list[Job], list[str]]:
+    """The jobs of these students (by student id or submission name); and the names matching none."""
+    wanted = set(students)
+    chosen = [job for job in jobs if job.student in wanted or job.name in wanted]
+    matched = {job.student for job in chosen} | {job.name for job in chosen}
+    return chosen, sorted(wanted - matched)
 
 
 def failure_result(job: Job, chapter: str | None, status: str, message: str, detail: str = "") -> dict:
     """A zero-score result for a submission whose grading did not finish (timeout, crash)."""
     from autograder.grade import bad_result
     from autograder.harness.notebook import read_submission
+    chapter = job.chapter or chapter
     try:
         chapter = read_submission(job.path, chapter).chapter
     except Exception:  # noqa: BLE001 - unreadable: keep the chapter we were given

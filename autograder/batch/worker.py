@@ -22,7 +22,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from autograder.batch.io import Job, failure_result
+from autograder.batch.io import Job, failure_result, student_id
 
 PR_SET_PDEATHSIG = 1
 
@@ -61,11 +61,18 @@ def preload(settings) -> None:
             load_reference(settings.chapter)
 
 
+def inputs_key(job: Job, settings) -> bytes | None:
+    """The student's key of their own hidden inputs, with a course secret (None without one)."""
+    from autograder.harness.seeds import student_key
+    return student_key(settings.secret, student_id(job)) if settings.secret else None
+
+
 def grade_one(job: Job, sandbox, settings) -> dict:
     """Grade one submission; a failure of the grader itself becomes a "crashed" result."""
     from autograder.grade import grade_submission
     try:
-        return grade_submission(job.path, sandbox, settings.chapter)
+        return grade_submission(job.path, sandbox, job.chapter or settings.chapter,
+                                inputs_key=inputs_key(job, settings))
     except Exception as exc:  # noqa: BLE001 - one submission must never stop the batch
         return failure_result(job, settings.chapter, "crashed",
                               f"The grader failed on this submission ({type(exc).__name__}); "

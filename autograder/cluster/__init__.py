@@ -102,7 +102,7 @@ class ClusterBatch:
             version = course_version()
             s = self.settings
             ws = WorkerSettings(s.chapter, s.isolation, s.call_timeout, s.submission_timeout, s.kill_after,
-                                self.threads)
+                                self.threads, s.secret.hex())
             self.name = plugin_name(ws, version)
             self._wait_for_workers(client)
             client.register_plugin(GraderPlugin(ws, version, self.name), name=self.name)
@@ -144,7 +144,7 @@ class ClusterBatch:
             data = job.path.read_bytes()
         except OSError:
             data = None
-        return client.submit(grade_remote, self.name, job.name, job.path.name, data,
+        return client.submit(grade_remote, self.name, job.name, job.path.name, data, job.student,
                              key=f"grade-{job.name}-{sha[:12]}-{time.time_ns()}", pure=False)
 
     def _grade(self, client) -> None:

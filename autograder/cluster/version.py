@@ -7,14 +7,10 @@ reference or another harness, so the client refuses it. Light: no torch.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import sys
 from pathlib import Path
 
 from autograder.paths import ROOT, graders_dir, solutions_dir
-
-PACKAGES = ("torch", "numpy", "pytest")  # their versions change what a reference computes or how tests run
-SKIP = ("__pycache__", ".pytest_cache")
+from autograder.version import SKIP, package_versions
 
 
 def course_files() -> list[tuple[str, Path]]:
@@ -36,14 +32,7 @@ def course_files() -> list[tuple[str, Path]]:
 
 def course_version() -> str:
     """sha256 of the course's grading files, and of the Python, torch, numpy and pytest versions."""
-    h = hashlib.sha256()
-    h.update(f"python {sys.version_info[0]}.{sys.version_info[1]}\n".encode())
-    for name in PACKAGES:
-        try:
-            version = importlib.metadata.version(name).split("+")[0]  # a CUDA or CPU build grades alike
-        except importlib.metadata.PackageNotFoundError:
-            version = "missing"
-        h.update(f"{name} {version}\n".encode())
+    h = hashlib.sha256(package_versions().encode())
     for label, path in course_files():
         h.update(f"{label} {len(data := path.read_bytes())}\n".encode())
         h.update(data)

@@ -56,6 +56,7 @@ class WorkerSettings:
     submission_timeout: float
     kill_after: float = 120.0  # past submission_timeout, the grading process is killed (status timeout)
     threads: int = 0  # torch threads per worker; 0: the host's cores shared among its workers
+    secret: str = ""  # the course secret, in hex (per-student hidden inputs); "" for none
 
 
 class GraderPlugin(WorkerPlugin):
@@ -97,7 +98,7 @@ class GraderPlugin(WorkerPlugin):
         s = self.settings
         return Settings(Path(tempfile.gettempdir()), jobs=jobs, chapter=s.chapter, isolation=s.isolation,
                         call_timeout=s.call_timeout, submission_timeout=s.submission_timeout,
-                        kill_after=s.kill_after, progress=False)
+                        kill_after=s.kill_after, progress=False, secret=bytes.fromhex(s.secret))
 
     def _warm(self) -> None:
         try:
@@ -172,15 +173,15 @@ def grade_job(job: Job, plugin: GraderPlugin) -> dict:
     return plugin.dispatch(job)
 
 
-def grade_remote(plugin_name: str, name: str, filename: str, data: bytes | None) -> dict:
-    """The task: grade the submission `data` (the bytes of file `filename`) on this worker."""
+def grade_remote(plugin_name: str, name: str, filename: str, data: bytes | None, student: str | None = None) -> dict:
+    """The task: grade the submission `data` (the bytes of file `filename`, by `student`) on this worker."""
     plugin = get_worker().plugins[plugin_name]
     folder = Path(tempfile.mkdtemp(prefix="autograder-sub-"))
     try:
         path = folder / (Path(filename).name or "submission.ipynb")
         if data is not None:  # None: the client could not read the file; grading says so
             path.write_bytes(data)
-        return plugin.grade(Job(name, path, name, path.stem))
+        return plugin.grade(Job(name, path, student or name, path.stem))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -2,31 +2,36 @@
 
 `python -m autograder grade --nbgrader-course COURSE --assignment NAME` grades
 COURSE/submitted/<student>/<NAME>/*.ipynb (the paths follow the course's
-nbgrader_config.py, if it has one) and then, for every graded notebook:
+nbgrader_config.py, if it has one), each as the chapter of the assignment's
+notebook (`assign_chapters`: --chapter, else the chapter the instructor's
+source/ or release/ copy names, else NAME or the notebook's name when that is
+a chapter); a submitted notebook the assignment does not have is left out.
+Then, for every result in the results folder (the whole class):
 
-- the gradebook (nbgrader.api.Gradebook at the course's db_url): the
-  assignment, the notebook, the student and the submission are created if
-  missing, and each **graded function is one grade cell**. The cell is named
-  after the function, which is also the `grade_id` of the notebook cell that
-  defines it (docs/AUTHORING.md), so nbgrader sees an "autograded answer"
-  cell: its max_score is the sum of the points of the graders that test that
-  function (tests skipped on this machine, e.g. CUDA ones, left out), and its
-  auto_score the points the student got. Tests that name no function go to a
-  cell called `autograder`. A manual_score an instructor already set is kept:
+- the gradebook (nbgrader.api.Gradebook at the course's db_url), in one
+  transaction: the assignment, the notebook, the student and the submission
+  are created if missing, and each **graded function is one grade cell**. The
+  cell is named after the function, which is also the `grade_id` of the
+  notebook cell that defines it (docs/AUTHORING.md), so nbgrader sees an
+  "autograded answer" cell: its max_score is the sum of the points of the
+  graders that test that function, and its auto_score the points the student
+  got. Only the assignment's chapter's functions become cells: a notebook of
+  another chapter scores 0 in each. Tests that name no function go to a cell
+  called `autograder`. A manual_score an instructor already set is kept:
   nbgrader counts it instead of the auto_score.
 - autograded/<student>/<NAME>/<notebook>.ipynb: the submitted notebook with
   those cells marked as grade cells, so formgrader can open the submission.
 - feedback/<student>/<NAME>/<notebook>.html: the per-test feedback, with the
   submission's timestamp.txt and submission_secret.txt copied beside it, as
   `nbgrader release_feedback` expects.
+- late penalties: nbgrader's own `AssignLatePenalties` with the course's
+  `LateSubmissionPlugin` (see `autograder.exports.nbgrader_late`).
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import glob
 import html
-import importlib.util
 import json
 import os
 import re
@@ -35,6 +40,8 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Iterator
+
+from dataclasses import replace
 
 from autograder.batch.io import Job
 from autograder.harness.atomic import write_text
@@ -75,28 +82,55 @@ def find_course_jobs(cd, assignment: str) -> list[Job]:
     return jobs
 
 
+# ---------------------------------------------------------------- which chapter each notebook is
+def instructor_notebooks(cd, assignment: str) -> dict[str, str | None]:
+    """The assignment's notebooks in the course's source/ (else release/) folder: name -> the chapter the
+    instructor's copy names; {} when the course has neither."""
+    from autograder.assignment import stated_chapter
+    for step in (cd.source_directory, cd.release_directory):
+        found = sorted(Path(cd.format_path(step, ".", assignment)).glob("*.ipynb"))
+        if found:
+            return {nb.stem: stated_chapter(nb) for nb in found}
+    return {}
+
+
+def notebook_chapter(notebook: str, assignment: str, theirs: dict[str, str | None]) -> str | None:
+    """The chapter notebook `notebook` of `assignment` is graded as: what the instructor's copy names,
+    else the assignment's name, else the notebook's name, when that is a chapter; never the student's file."""
+    from autograder.paths import chapters
+    return theirs.get(notebook) or next((n for n in (assignment, notebook) if n in chapters()), None)
+
+
+def assign_chapters(cd, assignment: str, jobs: list[Job], chapter: str | None = None) -> tuple[list[Job], list[Job], str]:
+    """(the jobs, each with its chapter; the jobs left out: notebooks that are not the assignment's;
+    why grading cannot start, or ""). `chapter`: --chapter, which every notebook is graded as."""
+    theirs = instructor_notebooks(cd, assignment)
+    kept = [j for j in jobs if not theirs or j.notebook in theirs]
+    left_out = [j for j in jobs if j not in kept]
+    kept = [replace(j, chapter=chapter or notebook_chapter(j.notebook, assignment, theirs)) for j in kept]
+    unknown = sorted({j.notebook for j in kept if j.chapter is None})
+    if unknown:
+        return kept, left_out, (f"cannot tell which chapter assignment {assignment}'s notebooks "
+                                f"{', '.join(unknown)} are for: give --chapter NN_name")
+    return kept, left_out, ""
+
+
 # ---------------------------------------------------------------- grade cells
 def _skipped_here(test) -> bool:
     return any(m.name == "skip" or (m.name == "skipif" and m.args and m.args[0] is True)
                for m in getattr(test, "pytestmark", []))
 
 
-@functools.lru_cache(maxsize=None)
 def function_points(chapter: str | None) -> dict[str, float]:
     """Points per graded function of `chapter`, from its graders' `@graded` declarations."""
-    from autograder.grade import grader_file
-    path = grader_file(chapter) if chapter else None
-    if path is None or not path.is_file():
+    from autograder.grade import grader_file, graded_tests
+    if not chapter or not grader_file(chapter).is_file():
         return {}
-    spec = importlib.util.spec_from_file_location(f"_cells_{chapter}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     points: dict[str, float] = {}
-    for test in vars(module).values():
-        info = getattr(test, "graded", None)
-        if callable(test) and info and not _skipped_here(test):
-            key = info["function"] or FALLBACK_CELL
-            points[key] = points.get(key, 0.0) + info["points"]
+    for test in graded_tests(chapter):
+        if not _skipped_here(test):
+            key = test.graded["function"] or FALLBACK_CELL
+            points[key] = points.get(key, 0.0) + test.graded["points"]
     return points
 
 
@@ -107,20 +141,22 @@ def result_chapter(result: dict, notebook: str = "") -> str | None:
     return chapter or (notebook if notebook in chapters() else None)
 
 
-def cell_scores(result: dict, notebook: str = "", known: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
+def cell_scores(result: dict, notebook: str = "", known: dict[str, float] | None = None,
+                chapter: str | None = None) -> dict[str, tuple[float, float]]:
     """Grade cell -> (score, max_score) for one results.json object.
 
-    Cells come from the chapter's graders; for a notebook whose chapter is unknown, from
-    `known` (the notebook's grade cells already in the gradebook, each scored 0); else one
-    `autograder` cell carries the whole score.
+    Cells come from the graders of `chapter` (the assignment's; default: the result's) and only
+    from them: a result graded as another chapter scores 0 in each. For a notebook whose chapter is
+    unknown, from `known` (the notebook's grade cells already in the gradebook, each scored 0); else
+    one `autograder` cell carries the whole score.
     """
+    graded_as = result_chapter(result, notebook)
+    chapter = chapter or graded_as
     got: dict[str, float] = {}
-    for test in result.get("tests", []):
+    for test in result.get("tests", []) if graded_as == chapter else []:
         key = (test.get("tags") or [FALLBACK_CELL])[0]
         got[key] = got.get(key, 0.0) + float(test.get("score", 0.0))
-    cells = dict(function_points(result_chapter(result, notebook)) or known or {})
-    for key in got:
-        cells.setdefault(key, 0.0)
+    cells = dict(function_points(chapter) or known or {})
     if not cells:
         return {FALLBACK_CELL: (float(result["score"]), float(result["max_score"]))}
     return {k: (min(got.get(k, 0.0), m) if m else got.get(k, 0.0), m) for k, m in cells.items()}
@@ -156,7 +192,7 @@ def _timestamp(cd, student: str, assignment: str) -> str | None:
 def record_in_gradebook(gb, cd, assignment: str, job: Job, result: dict) -> None:
     """Store one notebook's scores as auto_scores of its grade cells."""
     nb = gb.update_or_create_notebook(job.notebook, assignment)
-    cells = cell_scores(result, job.notebook, {c.name: c.max_score for c in nb.grade_cells})
+    cells = cell_scores(result, job.notebook, {c.name: c.max_score for c in nb.grade_cells}, job.chapter)
     for name, (_, max_score) in cells.items():
         gb.update_or_create_grade_cell(name, job.notebook, assignment, max_score=max_score, cell_type="code")
     gb.update_or_create_student(job.student)
@@ -166,7 +202,6 @@ def record_in_gradebook(gb, cd, assignment: str, job: Job, result: dict) -> None
         grade = _grade_row(gb, name, job.notebook, assignment, job.student)
         grade.auto_score = score
         grade.needs_manual_grade = False
-    gb.db.commit()
 
 
 @contextlib.contextmanager
@@ -180,16 +215,33 @@ def tools_on_path() -> Iterator[None]:
         os.environ["PATH"] = old
 
 
+@contextlib.contextmanager
+def one_transaction(db) -> Iterator[None]:
+    """nbgrader's Gradebook commits after every change; within this, those commits only flush and all
+    is committed once at the end (or rolled back), so an interrupted export leaves the previous
+    gradebook whole."""
+    db.commit = db.flush
+    try:
+        yield
+        del db.commit
+        db.commit()
+    except BaseException:
+        db.__dict__.pop("commit", None)
+        db.rollback()
+        raise
+
+
 def write_gradebook(cd, assignment: str, graded: list[tuple[Job, dict]]) -> int:
-    """Record every (job, result) in the course's gradebook; returns how many."""
+    """Record every (job, result) in the course's gradebook, in one transaction; returns how many."""
     from nbgrader.api import Gradebook
     from sqlalchemy.exc import SAWarning
     with tools_on_path(), warnings.catch_warnings(), Gradebook(cd.db_url, cd.course_id) as gb:
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own add_submission triggers these
-        gb.update_or_create_assignment(assignment)
-        # results that name their chapter first: they create the grade cells the others get 0 in
-        for job, result in sorted(graded, key=lambda jr: result_chapter(jr[1], jr[0].notebook) is None):
-            record_in_gradebook(gb, cd, assignment, job, result)
+        with one_transaction(gb.db):
+            gb.update_or_create_assignment(assignment)
+            # results that name their chapter first: they create the grade cells the others get 0 in
+            for job, result in sorted(graded, key=lambda jr: result_chapter(jr[1], jr[0].notebook) is None):
+                record_in_gradebook(gb, cd, assignment, job, result)
     return len(graded)
 
 
@@ -207,7 +259,7 @@ def write_autograded(cd, assignment: str, job: Job, result: dict) -> Path:
     if nb is None:
         write_text(dest / f"{job.notebook}.ipynb", raw.decode("utf-8", errors="replace"))
     else:
-        points = cell_scores(result, job.notebook)
+        points = cell_scores(result, job.notebook, chapter=job.chapter)
         for cell in cells:
             meta = cell["metadata"].get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
             if isinstance(meta, dict) and meta.get("grade_id") in points:
@@ -231,7 +283,8 @@ def feedback_html(job: Job, assignment: str, result: dict) -> str:
         f"<tr class='{'ok' if t.get('status') == 'passed' else 'bad'}'><td>{e(t['name'])}</td>"
         f"<td>{t['score']:g} / {t['max_score']:g}</td><td><pre>{e(t.get('output') or '')}</pre></td></tr>"
         for t in result.get("tests", []))
-    cells = "".join(f"<li><code>{e(name)}</code>: {s:g} / {m:g}</li>" for name, (s, m) in cell_scores(result, job.notebook).items())
+    cells = "".join(f"<li><code>{e(name)}</code>: {s:g} / {m:g}</li>"
+                    for name, (s, m) in cell_scores(result, job.notebook, chapter=job.chapter).items())
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{e(assignment)}: {e(job.notebook)} ({e(job.student)})</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} td,th{{border-bottom:1px solid #ddd;
@@ -255,9 +308,20 @@ def write_feedback(cd, assignment: str, job: Job, result: dict) -> Path:
     return path
 
 
+def of_assignment(cd, assignment: str, graded: list[tuple[Job, dict]]) -> list[tuple[Job, dict]]:
+    """The results of the assignment's own notebooks (all of them when the course has no source/ or
+    release/ copy to say which): a stray notebook's result, even from an earlier run, stays out."""
+    theirs = instructor_notebooks(cd, assignment)
+    return [(job, result) for job, result in graded if not theirs or job.notebook in theirs]
+
+
 def export_course(cd, assignment: str, graded: list[tuple[Job, dict]]) -> None:
-    """Everything nbgrader should see after a batch: gradebook, autograded/ and feedback/."""
+    """Everything nbgrader should see after a batch: gradebook (with nbgrader's late penalties, which the
+    results then carry too), autograded/ and feedback/."""
+    from autograder.exports.nbgrader_late import assign_penalties
+    graded = of_assignment(cd, assignment, graded)
+    write_gradebook(cd, assignment, graded)
+    assign_penalties(cd, assignment, graded)
     for job, result in graded:
         write_autograded(cd, assignment, job, result)
         write_feedback(cd, assignment, job, result)
-    write_gradebook(cd, assignment, graded)

@@ -166,7 +166,7 @@ def test_sequence_log_prob_ignores_pads(student, ref):
 
 
 @graded("sequence_log_prob", points=1, hint="Keep the logits' dtype; never modify the inputs in place; "
-        "pad_id is an argument (here it is 5, not 0).")
+        "pad_id is an argument (here it is 5, not 0); keep it differentiable; a batch of one works too.")
 def test_sequence_log_prob_edges(student, ref):
     """sequence_log_prob: float64 kept, another pad_id, a batch of one, inputs unmodified, gradients right?"""
     logits, targets = lp_inputs(3, torch.float64)
@@ -240,7 +240,8 @@ def test_gru_lm_forward(student, ref):
     })
 
 
-@graded("GRULanguageModel", points=1, hint="The GRU must start from a zero state and read left to right only.")
+@graded("GRULanguageModel", points=1, hint="The GRU must start from a zero state and read left to right only; "
+        "gradients reach every parameter, and a batch of one works too.")
 def test_gru_lm_grads_and_batch_of_one(student, ref):
     """GRULanguageModel: are the parameter gradients right, and a batch of one the same as in a batch?"""
     m = ref_lm(ref, 2, V=9, emb=6, hid=10)
@@ -264,9 +265,24 @@ def sample(student, logits, max_len, batch_size, temperature, seed, device=None)
                           args=(max_len, batch_size, temperature, seed)).value
 
 
+def sample_running_rows_only(ref, logits, max_len, batch_size, temperature, seed):
+    """The mistake: draw only for the rows still running, which shifts the generator's random stream."""
+    m, g = toy(ref, logits), torch.Generator().manual_seed(seed)
+    ys, done = torch.full((batch_size, 1), BOS), torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_len):
+        probs = (m.step_fn(ys) / temperature).softmax(-1)                       # (B, V)
+        nxt = torch.full((batch_size,), EOS)
+        nxt[~done] = torch.multinomial(probs[~done], 1, generator=g).squeeze(1)
+        ys, done = torch.cat([ys, nxt[:, None]], 1), done | (nxt == EOS)
+        if bool(done.all()):
+            break
+    return ys
+
+
 @graded("sample_decode", points=2,
-        hint="probs = softmax(log_probs / temperature); torch.multinomial(probs, 1, generator=generator) each step; "
-             "rows that emitted EOS keep EOS; stop when all rows have.")
+        hint="probs = softmax(log_probs / temperature); ONE torch.multinomial(probs, 1, generator=generator) per step "
+             "for all B rows, finished rows included (their draw is replaced by EOS): drawing only for the rows "
+             "still running shifts the random stream. Rows that emitted EOS keep EOS; stop when all rows have.")
 def test_sample_decode_matches_reference(student, ref):
     """sample_decode: with the same seed, are its samples the reference's, at temperatures 0.5, 1 and 2?"""
     logits = random_table(10, R=4, eos_shift=0.5)
@@ -277,6 +293,8 @@ def test_sample_decode_matches_reference(student, ref):
         expect_tokens(got, want, f"the samples at temperature {temperature}", mistakes={
             "the temperature multiplies the log-probs instead of dividing them": m.sample(7, 4, 1 / temperature, 3),
             "the temperature is ignored": m.sample(7, 4, 1.0, 3),
+            "a draw only for the rows still running (draw for all B rows at every step: the random stream is "
+            "graded)": sample_running_rows_only(ref, logits, 7, 4, temperature, 3),
         })
 
 
@@ -287,7 +305,8 @@ def test_sample_decode_temperature_zero(student, ref):
     expect_close(sample(student, logits, 6, 3, 0.0, 0), toy(ref, logits).greedy(6, 3), "the tokens at temperature 0")
 
 
-@graded("sample_decode", points=1, hint="After a row emits EOS it must keep emitting EOS; stop once every row has.")
+@graded("sample_decode", points=1, hint="After a row emits EOS it must keep emitting EOS; stop once every row has. "
+                                        "Draw for all B rows at every step, finished rows included.")
 def test_sample_decode_eos_padding(student, ref):
     """sample_decode: are finished rows padded with EOS, and does sampling stop when all rows are done?"""
     logits = random_table(12, R=5, eos_shift=2.0)
@@ -453,10 +472,12 @@ def test_beam_n_best(student, ref):
                             no_cumulative(ref, logits, k, 6, 3, norm)})
 
 
-@graded("beam_search", points=1, hint="Finished hypotheses (ending in EOS) leave the beam: never extend them.")
+@graded("beam_search", points=1, hint="Finished hypotheses (ending in EOS) leave the beam: never extend them. "
+                                       "Returned tokens exclude BOS.")
 def test_beam_finished_leave(student, ref):
     """beam_search: are finished hypotheses never extended (no token after EOS)?"""
     logits = random_table(33, eos_shift=2.0)
+    logits[..., BOS] = -30.0  # never generated, so a hypothesis starting with BOS kept it (whatever the seed)
     logits[..., EOS, :] = -5.0
     logits[..., EOS, EOS] = 8.0   # after EOS, EOS again is very likely: a hypothesis left in the beam shows
     for k in (3, 4):

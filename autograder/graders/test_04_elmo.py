@@ -217,6 +217,26 @@ def test_bilm_states(student, ref):
     })
 
 
+@graded("BiLM", points=1, hint="Run every LSTM over all T positions, padding included (no packing, no zeroing "
+        "of the padding states): the backward LSTMs read the pads after the reversed sentence.")
+def test_bilm_states_at_padding(student, ref):
+    """BiLM: do the states at padding positions match (each LSTM runs on over the padding)?"""
+    m = ref_bilm(ref, 18)
+    chars = chars_batch(19)
+    pads = ~mask_of(chars)
+    res = student.module("BiLM", init_args=BILM_ARGS, init_kwargs=BILM_KW, state_dict=m.state_dict(), args=(chars,))
+    with torch.no_grad():
+        want = m(chars)
+    zeroed = torch.cat([want[:1], want[1:] * ~pads[None, :, :, None]])  # LSTM states zero at the pads
+    got = res.value
+    expect(isinstance(got, torch.Tensor) and got.shape == want.shape,
+           f"forward should return the stacked states of shape {tuple(want.shape)}")
+    at_pads = pads[None, :, :, None].expand_as(want)
+    expect_close(got[at_pads], want[at_pads], "the states at padding positions", atol=1e-5, mistakes={
+        "the LSTM states at padding positions are zero (packed sequences, or a mask): every LSTM should run on "
+        "over the padding": zeroed[at_pads]})
+
+
 @graded("BiLM", points=2, hint="The forward states at t must not depend on tokens after t, the backward ones "
         "not on tokens before t.")
 def test_bilm_causal(student, ref):

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+from autograder.harness.check import (expect, expect_close, expect_raises, expect_unmodified, graded, needs_cuda,
                                       reference_cache, seeded)
 
 N_DRAWS = 40000
@@ -148,7 +148,8 @@ GPT_ARGS = (11, 16, 2, 32, 2, 24)  # vocab, d_model, n_heads, d_ff, n_layers, ma
 
 
 # ================================================================ input transformations
-@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list.")
+@graded("gpt_classification_input", points=1, hint="Return [start_id] + text + [extract_id] as a new list "
+                                                    "(an empty text gives [start_id, extract_id]).")
 def test_classification_input(student, ref):
     """gpt_classification_input: is it [start] text [extract], with the input list unchanged?"""
     text = [5, 6, 7, 8]
@@ -221,8 +222,27 @@ def test_filter_top_k(student, ref):
         "removed entries set to 0 instead of -inf": want.masked_fill(want == float("-inf"), 0.0),
     })
     expect_unmodified((logits,), call.inputs[:1], "filter_logits")
-    expect_close(student.filter_logits(logits), logits, "filter_logits(logits) with no filter")
-    expect_close(student.filter_logits(logits, top_k=10), logits, "filter_logits(logits, top_k=V)")
+
+
+@graded("filter_logits", points=1,
+        hint="None, top_k >= V and top_p >= 1 keep every logit: skip top-p when top_p >= 1, even where the "
+             "cumulative probability rounds to 1 before the last tokens.")
+def test_filter_keeps_all(student, ref):
+    """filter_logits: do no filter, top_k >= V and top_p >= 1 keep every logit?"""
+    logits = torch.randn(4, 10, generator=seeded(5)) * 2
+    logits[0] = torch.tensor([12.0, -9.0, -10.0, -11.0, -12.0, -13.0, -14.0, -15.0, -16.0, -17.0])  # p0 = 1.0 in float32
+    for kwargs in ({}, {"top_k": 10}, {"top_k": 15}, {"top_p": 1.0}, {"top_p": 1.5}, {"top_k": 10, "top_p": 1.0}):
+        what = f"filter_logits(logits{''.join(f', {k}={v}' for k, v in kwargs.items())})"
+        expect_close(student.filter_logits(logits, **kwargs), logits, what + ", which should keep every logit")
+
+
+@graded("filter_logits", points=1, hint="top_k must be >= 1 (or None, no top-k): raise ValueError for top_k = 0 "
+                                        "or below, as the docstring says.")
+def test_filter_top_k_below_one_raises(student, ref):
+    """filter_logits: does top_k = 0 (or -1) raise ValueError?"""
+    logits = torch.randn(2, 6, generator=seeded(6))
+    for k in (0, -1):
+        expect_raises(lambda: student.filter_logits(logits, top_k=k), "ValueError", f"filter_logits(logits, top_k={k})")
 
 
 @graded("filter_logits", points=1,
@@ -686,3 +706,89 @@ def test_generate_edges(student, ref):
         res = student.module("GPT", init_args=GPT_ARGS, state_dict=m.state_dict(), method="generate",
                              args=(prompt, n), kwargs={"temperature": 0.0, "use_cache": True})
         expect_close(res.value, ref.generate(m, prompt, n, temperature=0.0), f"generate with max_new_tokens={n}")
+
+
+# ---------------------------------------------------------------- prefix matching (induction heads)
+def causal_weights(B: int, H: int, T: int, g: torch.Generator) -> torch.Tensor:
+    """Random causal attention weights (B, H, T, T), rows summing to 1."""
+    scores = torch.randn(B, H, T, T, generator=g)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def prefix_variant(attn: torch.Tensor, tokens: torch.Tensor, shift: int = 1, strict: bool = True,
+                   last_only: bool = False, pool: str = "all") -> torch.Tensor:
+    """prefix_matching_score and its known-wrong variants (trusted side only)."""
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]                                   # [i, j]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1 if strict else 0)
+    if last_only:                                                       # only the latest j
+        idx = torch.arange(T)
+        last = torch.where(earlier, idx, -1).max(-1).values                            # (B, T)
+        earlier = (idx[None, None, :] == last[:, :, None]) & (last[:, :, None] >= 0)
+    target = torch.zeros_like(earlier)
+    if shift >= 0:
+        target[:, :, shift:] = earlier[:, :, :T - shift]
+    repeats = earlier.any(-1) if pool != "every" else torch.ones(B, T, dtype=torch.bool)
+    mass = (attn * target[:, None]).sum(-1) * repeats[:, None]                          # (B, H, T)
+    if pool == "per_sequence":
+        return (mass.sum(2) / repeats.sum(1, keepdim=True).clamp(min=1)).mean(0)
+    return mass.sum((0, 2)) / repeats.sum().clamp(min=1)
+
+
+@graded("prefix_matching_score", points=2,
+        hint="For query i, find the earlier positions j < i with the same token and sum the attention "
+             "from i to j + 1 (the token AFTER the earlier occurrence); average over the positions that "
+             "repeat, pooled over the batch.")
+def test_prefix_matching_matches_reference(student, ref):
+    """prefix_matching_score: does it match the reference on random causal weights and tokens with repeats?"""
+    g = seeded(70)
+    attn = causal_weights(3, 4, 14, g)
+    tokens = torch.randint(0, 5, (3, 14), generator=g)
+    call = student.call("prefix_matching_score", args=(attn, tokens))
+    want = ref.prefix_matching_score(attn, tokens)
+    expect_close(call.value, want, "the scores", mistakes={
+        "attends to the earlier occurrence itself (j), not the token after it (j + 1)":
+            prefix_variant(attn, tokens, shift=0),
+        "the token two after the earlier occurrence (j + 2), not j + 1": prefix_variant(attn, tokens, shift=2),
+        "only the latest earlier occurrence counted": prefix_variant(attn, tokens, last_only=True),
+        "averaged over every position, not only the repeating ones (or a position counted as its own "
+        "earlier occurrence, j <= i)": prefix_variant(attn, tokens, pool="every"),
+        "the mean of per-sequence means, not one mean over all repeating positions":
+            prefix_variant(attn, tokens, pool="per_sequence"),
+    })
+    expect_unmodified(attn, call.inputs[0], "prefix_matching_score")
+    expect_unmodified(tokens, call.inputs[1], "prefix_matching_score")
+
+
+@graded("prefix_matching_score", points=1,
+        hint="A head that always attends to the token right after the earlier occurrence scores 1; one "
+             "that attends to the occurrence itself scores 0.")
+def test_prefix_matching_known_heads(student, ref):
+    """prefix_matching_score: does an ideal induction head score 1 and a duplicate-token head 0?"""
+    g = seeded(71)
+    half = torch.randperm(7, generator=g)[:6]
+    tokens = torch.cat([half, half])[None]                               # (1, 12): repeated once
+    T = 12
+    attn = torch.zeros(1, 3, T, T)
+    attn[0, :, torch.arange(T), torch.arange(T)] = 1.0                   # default: attend to self
+    for i in range(6, T):
+        attn[0, 0, i] = 0
+        attn[0, 0, i, i - 5] = 1.0                                       # induction: after the earlier copy
+        attn[0, 1, i] = 0
+        attn[0, 1, i, i - 6] = 1.0                                       # duplicate token: the copy itself
+    got = student.prefix_matching_score(attn, tokens)
+    expect_close(got, torch.tensor([1.0, 0.0, 0.0]), "the scores of an induction head, a duplicate-token "
+                 "head and a head that attends to itself", mistakes={
+                     "attends to the earlier occurrence itself (j), not the token after it (j + 1)":
+                         torch.tensor([0.0, 1.0, 0.0])})
+
+
+@graded("prefix_matching_score", points=1,
+        hint="Sequences with no repeated token give 0 for every head, not NaN.")
+def test_prefix_matching_no_repeats(student, ref):
+    """prefix_matching_score: with no repeated token, is every head's score 0 (not NaN)?"""
+    attn = causal_weights(2, 3, 6, seeded(72))
+    tokens = torch.arange(12).reshape(2, 6)
+    got = student.prefix_matching_score(attn, tokens)
+    expect_close(got, torch.zeros(3), "the scores when no token repeats")

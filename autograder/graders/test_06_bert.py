@@ -9,7 +9,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
+from autograder.harness.check import (expect, expect_close, expect_raises, expect_unmodified, graded, needs_cuda,
                                       reference_cache, seeded)
 
 CLS, SEP, MASK = 1, 2, 3
@@ -247,7 +247,9 @@ def test_bert_input_cuda(student, ref):
 
 # ================================================================ BertEmbeddings
 @graded("BertEmbeddings", points=3, hint="norm(token(ids) + segment(types) + position(arange(T))), then dropout; "
-                                         "attributes token, segment, position, norm, dropout.")
+                                         "attributes token, segment, position, norm, dropout: the reference's "
+                                         "parameters load into them by name (a buffer of your own, such as "
+                                         "position_ids, is allowed and not loaded).")
 def test_embeddings_values(student, ref):
     """BertEmbeddings: with the reference weights, does the output match for two segments?"""
     m = ref_embeddings(ref, seed=1)
@@ -325,7 +327,8 @@ def test_mlm_mask_labels(student, ref):
     expect(bool(sel.any()), "no token was selected")
 
 
-@graded("mlm_mask", points=2, hint="Never select a position where special_mask is True ([CLS], [SEP], padding).")
+@graded("mlm_mask", points=2, hint="Never select a position where special_mask is True ([CLS], [SEP], padding); "
+                                    "with mlm_prob=1 every other position is selected.")
 def test_mlm_mask_specials(student, ref):
     """mlm_mask: are special tokens and padding never selected, even with mlm_prob=1?"""
     x, special = mlm_batch(11, 32, 30)
@@ -387,7 +390,8 @@ def test_mlm_mask_random_ids(student, ref):
     expect(len(rand.unique()) >= 198, "the random ids do not cover [0, vocab_size) uniformly")
 
 
-@graded("mlm_mask", points=1, hint="Keep dtype long and the same shape for any batch size.")
+@graded("mlm_mask", points=1, hint="Keep dtype long and the same shape for any batch size; with mlm_prob=0 "
+                                    "nothing is selected (inputs unchanged, labels all -100).")
 def test_mlm_mask_batch_of_one(student, ref):
     """mlm_mask: for a batch of one and mlm_prob=0, is nothing selected?"""
     x, special = mlm_batch(15, 1, 12)
@@ -543,6 +547,13 @@ def test_combine_layers_float64_four_layers(student, ref):
         expect_close(student.combine_layers(hs, s), ref.combine_layers(hs, s), f'combine_layers(..., "{s}")')
 
 
+@graded("combine_layers", points=1, hint="Raise ValueError for another strategy than the six the docstring names.")
+def test_combine_layers_unknown_strategy(student, ref):
+    """combine_layers: does an unknown strategy raise ValueError?"""
+    hs = hidden(42, L=4, B=1, T=2, D=3)
+    expect_raises(lambda: student.combine_layers(hs, "mean_all"), "ValueError", 'combine_layers(..., "mean_all")')
+
+
 # ================================================================ wordpiece_tokenize
 WP_VOCAB = ["un", "##aff", "##able", "u", "##n", "##a", "##f", "##b", "##l", "##e", "aff", "able",
             "##ab", "##le", "a", "##u", "##z", "x"]
@@ -642,7 +653,8 @@ def test_bpe_encode_sennrich(student, ref):
                                "merges applied in reverse order": bpe_encode_variant(word, merges, "reversed")})
 
 
-@graded("bpe_encode", points=2, hint="The pair of lowest rank goes first, wherever it is in the word.")
+@graded("bpe_encode", points=2, hint="The pair of lowest rank goes first, wherever it is in the word; "
+                                     "with no merges a word is its characters plus </w>.")
 def test_bpe_encode_order(student, ref):
     """bpe_encode: where the order of merges matters, is the lowest-rank pair merged first?"""
     merges = [("s", "t"), ("e", "s"), ("t", "</w>"), ("a", "a"), ("aa", "aa")]
@@ -655,7 +667,7 @@ def test_bpe_encode_order(student, ref):
 
 
 # ================================================================ text_infilling
-@graded("text_infilling", points=3, hint="Mask exactly round(mask_ratio * n) tokens in spans; each span becomes "
+@graded("text_infilling", points=2, hint="Mask exactly round(mask_ratio * n) tokens in spans; each span becomes "
                                          "ONE mask_id, in its own gap between kept tokens.")
 def test_infilling_structure(student, ref):
     """text_infilling: is the output the original with spans (30% of the tokens) each replaced by one mask?"""
@@ -668,8 +680,17 @@ def test_infilling_structure(student, ref):
         expect(spans is not None, f"with {n} tokens: {why}")
         expect(sum(spans) == round(0.3 * n), f"with {n} tokens, {sum(spans)} tokens were masked; expected "
                                              f"round(0.3 * {n}) = {round(0.3 * n)}")
-    expect(list(student.text_infilling(list(range(10, 30)), 5, 0.0)) == list(range(10, 30)),
-           "with mask_ratio=0 the text should not change")
+
+
+@graded("text_infilling", points=1, hint="With k = round(mask_ratio * n) = 0 (mask_ratio 0, or a text too short) "
+                                         "draw no span at all: the tokens come back unchanged, with no mask.")
+def test_infilling_nothing_to_mask(student, ref):
+    """text_infilling: with nothing to mask (k = 0), does the text come back unchanged?"""
+    for toks, ratio in ((list(range(10, 30)), 0.0), ([10], 0.3)):
+        out = student.text_infilling(toks, 5, ratio)
+        expect(isinstance(out, (list, tuple)) and list(out) == toks,
+               f"with k = round({ratio} * {len(toks)}) = 0 the text should come back unchanged, got {out}"
+               + (" (a zero-length span was drawn: with k = 0 no span is drawn)" if 5 in list(out) else ""))
 
 
 @graded("text_infilling", points=3, hint="Span lengths are Poisson(poisson_lambda): mean and variance lambda, "
@@ -697,6 +718,14 @@ def test_infilling_other_lambda(student, ref):
     expect(sum(spans) == 8000, f"{sum(spans)} tokens were masked; expected 8000")
     m = sum(spans) / len(spans)
     expect(abs(m - 5) < 0.3, f"the mean span length is {m:.2f}; expected about 5")
+
+
+@graded("text_infilling", points=1, hint="Count the spans drawn: if there are more than the kept tokens' gaps "
+                                         "(n - k + 1), raise ValueError, as the docstring says.")
+def test_infilling_more_spans_than_gaps(student, ref):
+    """text_infilling: with more spans than gaps (every token masked, lambda 0.5), does it raise ValueError?"""
+    expect_raises(lambda: student.text_infilling(list(range(10, 30)), 5, 1.0, 0.5), "ValueError",
+                  "text_infilling of 20 tokens with mask_ratio=1.0 (one gap) and poisson_lambda=0.5 (many spans)")
 
 
 # ================================================================ sentence_permutation
@@ -736,7 +765,8 @@ def test_sentence_permutation_shuffle(student, ref):
     expect(0.35 < half < 0.65, "the shuffle is not uniform: the first half stays mostly in place")
 
 
-@graded("sentence_permutation", points=1, hint="A trailing piece without eos_id is a sentence too.")
+@graded("sentence_permutation", points=1, hint="A trailing piece without eos_id is a sentence too; one "
+                                                   "sentence stays as it is; an empty list gives an empty list.")
 def test_sentence_permutation_edges(student, ref):
     """sentence_permutation: are a trailing piece without eos, a single sentence and an empty list handled?"""
     toks = [5, 6, 0, 7, 0, 8, 9]
@@ -800,3 +830,11 @@ def test_t5_random_spans(student, ref):
     pos = [i for i, t in enumerate(inputs) if t in SENTINELS]
     first_half = sum(p < len(inputs) / 2 for p in pos) / max(len(pos), 1)
     expect(0.35 < first_half < 0.65, "the spans are not spread over the text")
+
+
+@graded("t5_span_corruption", points=1, hint="m spans need m + 1 sentinel ids: raise ValueError when sentinel_ids "
+                                             "has fewer, as the docstring says.")
+def test_t5_too_few_sentinels(student, ref):
+    """t5_span_corruption: with fewer than m + 1 sentinel ids, does it raise ValueError?"""
+    expect_raises(lambda: student.t5_span_corruption(list(range(10, 110)), SENTINELS[:3]), "ValueError",
+                  "t5_span_corruption of 100 tokens (5 spans, 6 sentinels needed) with 3 sentinel ids")

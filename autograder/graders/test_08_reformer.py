@@ -54,6 +54,11 @@ def sorted_inputs(seed, B=2, T=12, D=6, Dv=5, n_buckets=4, dtype=torch.float32):
     return sq, sv, sidx
 
 
+FLOAT32_NEAR_1E5 = (" A query that sees only its own key (with causal=True, the first position) has its scores and lse "
+                    "near -1e5: weights formed as exp(scores - lse) lose their float32 digits there; use softmax, or "
+                    "subtract the max first.")
+
+
 def full_shared_qk(qk, v, causal=False):
     """Full shared-QK attention (own key -1e5, later keys masked if causal)."""
     B, T, D = qk.shape
@@ -209,7 +214,7 @@ def test_chunked_matches_brute_force(student, ref):
 
 
 @graded("chunked_lsh_attention", points=3, hint="With causal=True mask keys whose ORIGINAL position (spos) "
-        "is later than the query's; the query's own key stays (at -1e5).")
+        "is later than the query's; the query's own key stays (at -1e5)." + FLOAT32_NEAR_1E5)
 def test_chunked_causal(student, ref):
     """chunked_lsh_attention: causal, masked by original position, not by sorted position?"""
     sq, sv, spos = sorted_inputs(6, T=16)
@@ -314,7 +319,7 @@ def test_lsh_attention_matches(student, ref):
 
 
 @graded("lsh_attention", points=3, hint="With one bucket and one chunk every query sees every key: check "
-        "that your masks (own position -1e5, causal by original position) match full attention.")
+        "that your masks (own position -1e5, causal by original position) match full attention." + FLOAT32_NEAR_1E5)
 def test_lsh_attention_one_bucket_is_full(student, ref):
     """lsh_attention: with one bucket and one chunk, is it full shared-QK attention (causal or not)?"""
     g = seeded(14)

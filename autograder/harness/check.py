@@ -27,7 +27,7 @@ def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
     return mark
 
 
-SEED_OFFSET = 0  # `make release` shifts every seed to draw the public checks' inputs (never the graders')
+SEED_OFFSET = 0  # moved by `seeds.shifted_seeds`: the public checks' inputs, and per-student inputs
 
 
 def seeded(seed: int) -> torch.Generator:
@@ -103,6 +103,18 @@ def expect(condition: bool, message: str) -> None:
         raise GradingFailure(message)
 
 
+def expect_raises(call: Callable[[], Any], error: str, what: str) -> None:
+    """Fail unless `call()` (a call of the student's code) raises the exception class named `error`
+    (`"ValueError"`); another error of the student's fails the test with its own message."""
+    try:
+        call()
+    except GradingFailure as exc:
+        if f" raised {error}:" in str(exc).split("\n")[0]:
+            return
+        raise
+    raise GradingFailure(f"{what} should raise {error}; it returned without an error")
+
+
 def expect_unmodified(before: Any, after: Any, function: str) -> None:
     """Fail if the student's function changed its inputs in place."""
     if isinstance(before, torch.Tensor):
@@ -114,22 +126,16 @@ def expect_unmodified(before: Any, after: Any, function: str) -> None:
 
 
 def needs_cuda(test: Callable) -> Callable:
-    """Run this test only where CUDA is present (here, and in the sandboxed student process: see
-    `GradingPlugin.pytest_runtest_setup`); elsewhere it is skipped and counts for no points."""
-    import pytest
+    """Mark a test that calls the student's code on "cuda". It runs and counts on every machine: on
+    the real GPU where the sandboxed student process can use one, on the simulated CUDA device
+    (`simulated_cuda`) elsewhere, so an assignment has one maximum everywhere."""
     test.needs_cuda = True
-    return pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on the grading machine")(test)
+    return test
 
 
-def counts(test: Callable, cuda: bool | None = None) -> bool:
-    """Whether a graded test runs (and so counts towards max_score).
-
-    `cuda`: whether the sandboxed student process can use CUDA (the sandbox's
-    `cuda_usable()`); None reads this process's `torch.cuda.is_available()`.
-    """
-    if cuda is None:
-        cuda = torch.cuda.is_available()
-    return hasattr(test, "graded") and not (getattr(test, "needs_cuda", False) and not cuda)
+def counts(test: Callable) -> bool:
+    """Whether a test is graded (and so counts towards max_score): every `@graded` test, on every machine."""
+    return hasattr(test, "graded")
 
 
 def is_cuda_oom(exc: BaseException) -> bool:

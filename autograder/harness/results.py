@@ -1,4 +1,4 @@
-"""Gradescope's results.json shape, written atomically, and the summary table."""
+"""Gradescope's results.json shape, written atomically, and what a student reads of it in the terminal."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +40,15 @@ def results_json(chapter: str | None, tests: list[TestResult], output: str,
     }
 
 
+def set_visibility(result: dict, tests: str, top: str | None = None) -> dict:
+    """Set Gradescope's `visibility` of every test of `result` (and its top-level one, if given)."""
+    for test in result.get("tests", []):
+        test["visibility"] = tests
+    if top is not None:
+        result["visibility"] = top
+    return result
+
+
 def cell_errors_text(cells: list[dict]) -> str:
     """Feedback on the cells that raised while the notebook ran."""
     if not cells:
@@ -78,15 +87,6 @@ def feedback_lines(header: str, load_failure: str | None, report: dict, printed:
     if printed:
         lines.append(label_student_output(printed))
     return lines
-
-
-def summary_table(rows: list[tuple[str, str, float, float, str]]) -> str:
-    """A plain-text table: submission, chapter, score, max, status."""
-    header = ("submission", "chapter", "score", "max", "status")
-    body = [(s, c or "-", f"{sc:g}", f"{mx:g}", st) for s, c, sc, mx, st in rows]
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(5)]
-    fmt = "  ".join(f"{{:{'<' if i in (0, 1, 4) else '>'}{w}}}" for i, w in enumerate(widths))
-    return "\n".join(fmt.format(*r) for r in [header, *body])
 
 
 def function_report(result: dict) -> str:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SANDBOX_FILES = ("worker.py", "wire.py", "zygote.py")
+SANDBOX_FILES = ("worker.py", "wire.py", "zygote.py", "simulated_cuda.py")
 GiB, MiB = 1 << 30, 1 << 20
 SANDBOX_UID = 1000  # the student's uid inside the namespaces when the grader runs as root
 CAP_DAC_READ_SEARCH = 2
@@ -403,7 +403,8 @@ class Sandbox:
     def cuda_usable(self) -> bool:
         """Whether a student process of this sandbox can really use CUDA (probed once, in a fresh child).
 
-        False without a GPU, without asking the sandbox. CUDA tests count only where this is True.
+        False without a GPU, without asking the sandbox. Where it is False, the CUDA tests run on the
+        simulated CUDA device (`simulated_cuda`), so they count on every machine.
         """
         if self._cuda is None:
             import torch

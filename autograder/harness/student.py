@@ -62,6 +62,7 @@ class ModuleCall:
     devices: list = field(default_factory=list)
     state_keys: list = field(default_factory=list)
     stdout: str = ""
+    param_keys: list = field(default_factory=list)
 
 
 def revive(obj: Any) -> Any:
@@ -112,7 +113,7 @@ def clean_reply(reply: Any) -> dict:
            "traceback": text(reply.get("traceback"), 2000), "stdout": text(reply.get("stdout"), 4000)}
     for key in ("value", "inputs", "grads", "attrs", "param_grads"):
         out[key] = revive(reply.get(key))
-    for key in ("devices", "state_keys"):
+    for key in ("devices", "state_keys", "param_keys"):
         items = reply.get(key)
         out[key] = [x for x in items if isinstance(x, str)] if isinstance(items, list) else []
     busy = reply.get("busy")  # the student process's own account of the call: for benchmarks only
@@ -354,11 +355,12 @@ class StudentProcess:
                                "attrs": tuple(attrs), "grad": grad, "cotangent": cotangent,
                                "device": device, "train": train, "timeout": timeout}, name)
         return ModuleCall(reply["value"], reply.get("attrs", {}), reply.get("param_grads", {}),
-                          reply.get("devices", []), reply.get("state_keys", []), reply.get("stdout", ""))
+                          reply.get("devices", []), reply.get("state_keys", []), reply.get("stdout", ""),
+                          reply.get("param_keys", []))
 
     def replay(self, request: dict) -> dict:
         """Send a recorded request (a public check's `call` or `module` request) as it is; the checked
-        reply: value, inputs, grads, attrs, param_grads, devices, state_keys, stdout."""
+        reply: value, inputs, grads, attrs, param_grads, devices, state_keys, param_keys, stdout."""
         if request.get("op") not in ("call", "module"):
             raise ValueError(f"not a call or module request: {request.get('op')!r}")
         return self._request(dict(request), str(request.get("name")))

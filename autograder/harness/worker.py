@@ -1,7 +1,7 @@
 """The student side: run a submission's cells, then answer the grader's calls.
 
-This file runs inside the sandbox (it is copied there with `wire.py`): it
-imports only the standard library, torch and `wire`. It never sees the
+This file runs inside the sandbox (it is copied there with `wire.py` and
+`simulated_cuda.py`): it imports only the standard library, torch and those two. It never sees the
 graders or the reference solution; it receives inputs, calls the student's
 code and sends back plain tensors, numbers and strings.
 """
@@ -24,8 +24,10 @@ import torch
 
 try:
     import wire
+    from simulated_cuda import is_cuda, simulated_cuda
 except ImportError:  # imported as part of the autograder package (the reference)
     from autograder.harness import wire
+    from autograder.harness.simulated_cuda import is_cuda, simulated_cuda
 
 STDOUT_LIMIT = 4000  # characters of the student's printed output kept per call
 MAGIC_RUN = {"time", "timeit", "capture", "prun"}  # cell magics whose body still runs
@@ -281,7 +283,7 @@ def do_module(ns: dict, req: dict) -> dict:
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{req['name']}(...) should build a torch.nn.Module, got {type(module).__name__}")
     if req.get("state_dict") is not None:
-        module.load_state_dict(req["state_dict"], strict=True)
+        load_weights(module, req["state_dict"])
     module.to(device or "cpu").train(bool(req.get("train", False)))
     args = to_device(build_arg(req.get("args", ())), device)
     kwargs = to_device(build_arg(req.get("kwargs", {})), device)
@@ -296,7 +298,25 @@ def do_module(ns: dict, req: dict) -> dict:
     devices: list = []
     return {"value": plain(value, devices), "devices": devices, "attrs": attrs,
             "param_grads": plain(param_grads),
-            "state_keys": sorted(module.state_dict().keys())}
+            "state_keys": sorted(module.state_dict().keys()),
+            "param_keys": sorted(name for name, _ in module.named_parameters())}
+
+
+def load_weights(module: torch.nn.Module, state_dict: dict) -> None:
+    """The graders' one rule for loading the reference's weights (docs/AUTHORING.md): strict on
+    parameters, non-strict on buffers. `state_dict` holds the reference's parameters (its modules keep no
+    persistent buffers); each must fit a parameter of the module of the same name and shape, and each
+    parameter of the module must get one. A buffer the module registers itself (`position_ids`) keeps
+    its own value."""
+    missing, unexpected = module.load_state_dict(state_dict, strict=False)
+    params = {name for name, _ in module.named_parameters()}
+    missing = [k for k in missing if k in params]
+    if missing or unexpected:
+        raise RuntimeError("the reference's weights do not fit this module (parameters must have the names "
+                           "the docstring gives): "
+                           + "; ".join(filter(None, [
+                               missing and f"no reference weight for the parameters {', '.join(missing[:8])}",
+                               unexpected and f"no parameter for the reference weights {', '.join(unexpected[:8])}"])))
 
 
 class Missing(Exception):
@@ -312,11 +332,31 @@ def lookup(ns: dict, name: str) -> Any:
 OPS = {"call": do_call, "module": do_module}
 
 
-def answer(ns: dict, req: dict) -> dict:
-    """Run one request; any exception of the student's becomes an error reply."""
+def names_cuda(obj: Any) -> bool:
+    """Whether a request's value is, or holds, a CUDA device ("cuda", torch.device("cuda:0"), ...)."""
+    if isinstance(obj, (list, tuple)):
+        return any(names_cuda(x) for x in obj)
+    if isinstance(obj, dict):
+        return any(names_cuda(x) for x in obj.values())
+    return is_cuda(obj)
+
+
+def on_device(req: dict, cuda: bool) -> contextlib.AbstractContextManager:
+    """A request on "cuda" (its inputs moved there, or a device argument naming it) runs on the real
+    GPU where this process can use one (`cuda`), else on the simulated CUDA device (`simulated_cuda`),
+    so that the CUDA tests count on every machine."""
+    asks = names_cuda([req.get(k) for k in ("device", "args", "kwargs", "init_args", "init_kwargs")])
+    return simulated_cuda() if asks and not cuda else contextlib.nullcontext()
+
+
+def answer(ns: dict, req: dict, cuda: bool = False) -> dict:
+    """Run one request; any exception of the student's becomes an error reply.
+
+    `cuda`: whether this process can use a real GPU (else "cuda" requests run on the simulated one).
+    """
     seed_all(req.get("seed", 0))
     started = time.perf_counter()
-    with captured() as out:
+    with captured() as out, on_device(req, cuda):
         try:
             reply = OPS[req["op"]](ns, req)
             reply["ok"] = True
@@ -370,7 +410,7 @@ def serve(sock: socket.socket) -> None:
         if req.get("op") == "bye":
             return
         try:
-            wire.send(sock, answer(ns, req))
+            wire.send(sock, answer(ns, req, cuda))
         except (wire.WireError, OSError):
             return
         except Exception as exc:  # the reply itself could not be encoded

@@ -103,16 +103,4 @@ def beam_search(step_fn, bos_id, eos_id, beam_size, max_len, n_best=1, length_no
     return sorted(map(final, done), key=lambda r: r[1], reverse=True)[:n_best]
 
 
-HEADLINES = {
-    "ch01_lm_ppl": 0.1,
-    "ch01_valid_t5": 10.0,
-    "ch01_greedy_em": 0.5,
-    "ch01_after_error": 1.0,
-    "ch01_ll_k1": 0.01,
-    "ch01_ll_k16": 0.01,
-    "ch01_em_k1": 1.0,
-    "ch01_em_k16_norm": 1.0,
-    "ch01_em_k16_nb1": 1.0,
-    "ch01_ctrl_after_error": 2.0,
-    "ch01_em_len9": 3.0,
-}
+HEADLINES = {}   # the chapter's claims test this solution (tests/claims/01_seq2seq.json)

@@ -72,8 +72,4 @@ def local_p_weights(scores, p, D, mask=None):
     return masked_softmax(scores, inside) * gauss
 
 
-HEADLINES = {
-    "ch02_mean_attention": 0.08,
-    "ch02_mean_no_attention": 0.12,
-    "ch02_pos8_middle": 0.12,
-}
+HEADLINES = {}   # the chapter's claims test this solution (tests/claims/02_attention.json)

@@ -195,6 +195,9 @@ class Transformer(nn.Module):
         return transformer_beam_search(self, src, bos_id, eos_id, beam_size, max_len, n_best,
                                        length_norm)
 
+    def beam_search_until_done(self, src, bos_id, eos_id, beam_size=4, max_len=12, alpha=0.6):
+        return beam_search_until_done(self, src, bos_id, eos_id, beam_size, max_len, alpha)
+
 
 def label_smoothed_nll(logits, target, eps, pad_id):
     V = logits.size(-1)
@@ -261,8 +264,34 @@ def transformer_beam_search(model, src, bos_id, eos_id, beam_size, max_len, n_be
     return scored[:n_best]
 
 
-HEADLINES = {
-    "ch03_greedy_exact": 1.5,      # greedy exact match (%) on the 2000 held-out dates
-    "ch03_beam_done_a06": 3.0,     # the complete beam search, alpha 0.6, 200 dates (%)
-    "ch03_attn_mem_ratio": 0.05,   # activation memory of self-attention, n = 2048 over n = 1024
-}
+@torch.no_grad()
+def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, alpha=0.6):
+    smask = padding_mask(src, model.pad_id)
+    mem = model.encode(src, smask)
+    beams = [((bos_id,), 0.0)]
+    done = []
+    for t in range(1, max_len + 1):
+        prefix = torch.tensor([b for b, _ in beams], device=src.device)
+        n = prefix.size(0)
+        lp = model.decode(prefix, mem.expand(n, -1, -1), smask.expand(n, -1, -1, -1))[:, -1]
+        total = torch.tensor([s for _, s in beams], dtype=torch.float64).unsqueeze(1) \
+            + torch.log_softmax(lp.double(), dim=-1).cpu()
+        vals, flat = torch.topk(total.reshape(-1), min(2 * beam_size, total.numel()))
+        nxt = []
+        for r, (val, f) in enumerate(zip(vals.tolist(), flat.tolist())):
+            seq = beams[f // total.size(1)][0] + (f % total.size(1),)
+            if seq[-1] == eos_id:
+                if r < beam_size:
+                    done.append((list(seq[1:]), val / length_penalty(t, alpha)))
+            elif len(nxt) < beam_size:
+                nxt.append((seq, val))
+        beams = nxt
+        best_done = max([s for _, s in done], default=float("-inf"))
+        hope = max([s for _, s in beams], default=float("-inf")) / length_penalty(max_len, alpha)
+        if len(done) >= beam_size or not beams or hope <= best_done:
+            return max(done, key=lambda d: d[1])
+    done.extend((list(seq[1:]), val / length_penalty(max_len, alpha)) for seq, val in beams)
+    return max(done, key=lambda d: d[1])
+
+
+HEADLINES = {}   # the chapter's claims test this solution (tests/claims/03_transformer.json)

@@ -94,12 +94,8 @@ class ELMo(nn.Module):
         return scalar_mix(self.bilm(chars), self.s, self.gamma)
 
 
-# The notebook's init_bilm sets every weight from the parameter names, so this run starts from the
-# book's weights; only the float rounding of other but equivalent operations differs, and 1000 steps
-# of training amplify it. Measured (this file against the solution): sense of bank 97.3 vs 97.9
-# (layer 2) and 93.1 vs 96.4 (layer 1), same-sense neighbours 96.4 vs 97.2, loss 2.137 vs 2.131.
-# At 600 steps the sense probes differed by 6 to 9 points (the topics half learned), hence bands
-# several times the differences measured at 1000 steps.
-HEADLINES = {"ch04_lm_loss": 0.05, "ch04_pos_layer0": 2.0, "ch04_posamb_layer0": 6.0,
-             "ch04_sense_layer0": 4.0, "ch04_posamb_layer1": 2.0, "ch04_posamb_layer2": 2.0,
-             "ch04_sense_layer1": 8.0, "ch04_sense_layer2": 5.0, "ch04_nn_layer2": 5.0}
+# The chapter's claims test this alternative (tests/claims/04_elmo.json): every claim must hold on
+# its runs too, so no headline tolerances. It starts from the book's weights (init_bilm sets every
+# weight from the parameter names); its other but equivalent operations (amax, a functional
+# highway) round differently, and 1000 steps of training amplify that.
+HEADLINES = {}

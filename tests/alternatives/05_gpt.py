@@ -161,6 +161,20 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=N
     return torch.cat(out, dim=1)
 
 
+def prefix_matching_score(attn, tokens):
+    # key k is a match for query i when the token BEFORE k equals token i and k - 1 < i
+    T = tokens.shape[-1]
+    before_key = F.pad(tokens, (1, 0), value=-1)[:, :-1]                 # token at k - 1
+    idx = torch.arange(T, device=tokens.device)
+    match = torch.eq(tokens.unsqueeze(2), before_key.unsqueeze(1))       # [i, k]
+    match = match & (idx.view(1, -1) <= idx.view(-1, 1)) & (idx.view(1, -1) >= 1)
+    repeating = match.any(dim=2).to(attn.dtype)                          # (B, T)
+    per_query = torch.einsum("bhik,bik->bhi", attn, match.to(attn.dtype))
+    total = torch.einsum("bhi,bi->h", per_query, repeating)
+    count = repeating.sum()
+    return total / count if count > 0 else torch.zeros_like(total)
+
+
 HEADLINES = {
     "ch05_acc_0shot": 0.08,
     "ch05_acc_8shot": 0.15,

@@ -25,6 +25,8 @@ VARIANTS = {
     "segv": ("import torch", "import torch, ctypes\nctypes.string_at(0)"),  # crashes while loading
     "loop": ("return x * k", "while True:\n        pass"),  # one call times out: 3 of 4
     "sleepy": ("import torch", "import torch, time\ntime.sleep(60)"),  # outlives the submission timeout
+    "inputs": ("    return a + b", """    print("INPUTS", tuple(a.shape), round(float(a.sum()), 5))
+    return a + b"""),  # shows the inputs it was given (the per-student-inputs tests)
     "uid": ("    return a + b", """    import os
     uid = os.getuid()
     rows = [[int(x) for x in line.split()] for line in open('/proc/self/uid_map')]
@@ -70,3 +72,23 @@ def toy_chapter(tmp_path, monkeypatch) -> Path:
     load_reference.cache_clear()
     yield tmp_path / "chapter"
     load_reference.cache_clear()
+
+
+OTHER = "99_toy"  # a second chapter (tests/hostile/chapter): its notebook handed in as the toy chapter's
+OTHER_DIR = ROOT / "tests" / "hostile" / "chapter"
+
+
+def add_other_chapter(chapter_dir: Path) -> None:
+    """Put the second toy chapter beside the first in a `toy_chapter` folder."""
+    shutil.copy(OTHER_DIR / f"{OTHER}.py", chapter_dir / "solutions")
+    shutil.copy(OTHER_DIR / f"test_{OTHER}.py", chapter_dir / "graders")
+
+
+def make_other_notebook(path: Path, metadata: bool = True) -> Path:
+    """A correct notebook of the other chapter at `path` (without its `course.chapter` when not `metadata`)."""
+    nb = jupytext.read(OTHER_DIR / f"{OTHER}.py")
+    if not metadata:
+        nb.metadata.pop("course", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(nb, path)
+    return path

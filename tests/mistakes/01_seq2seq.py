@@ -139,6 +139,26 @@ def sample_decode(step_fn, bos_id, eos_id, max_len, temperature=1.0, batch_size=
     t = 0 if temperature == 0 else 1 / temperature
     return _sample_ok(step_fn, bos_id, eos_id, max_len, t, batch_size, generator)
 ''', feedback="multiplies the log-probs"),
+    Mistake("sample_decode", "a draw only for the rows still running", '''
+def sample_decode(step_fn, bos_id, eos_id, max_len, temperature=1.0, batch_size=1, generator=None):
+    ys = torch.full((batch_size, 1), bos_id, dtype=torch.long)
+    done = torch.zeros(batch_size, dtype=torch.bool)
+    for _ in range(max_len):
+        lp = step_fn(ys)
+        ys, done = ys.to(lp.device), done.to(lp.device)
+        if temperature == 0:
+            nxt = lp.argmax(-1)
+        else:
+            nxt = torch.full_like(ys[:, 0], eos_id)
+            probs = (lp[~done] / temperature).softmax(-1)
+            nxt[~done] = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        nxt = nxt.masked_fill(done, eos_id)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+    return ys
+''', feedback="rows still running"),
     Mistake("sample_decode", "temperature ignored", '''
 _sample_ok = sample_decode
 def sample_decode(step_fn, bos_id, eos_id, max_len, temperature=1.0, batch_size=1, generator=None):

@@ -66,6 +66,12 @@ def padding_mask(tokens, pad_id):
     return tokens != pad_id
 ''', feedback="should have shape (3, 1, 1, 4)"),
     # ------------------------------------------------------------ heads
+    Mistake("split_heads", "as_strided with a contiguous x's strides", '''
+def split_heads(x, n_heads):
+    B, T, D = x.shape
+    d_k = D // n_heads
+    return x.as_strided((B, n_heads, T, d_k), (T * D, d_k, D, 1))
+''', feedback="non-contiguous"),
     Mistake("split_heads", "heads split without a transpose", '''
 def split_heads(x, n_heads):
     B, T, D = x.shape
@@ -293,5 +299,90 @@ def transformer_beam_search(model, src, bos_id, eos_id, beam_size, max_len, n_be
 _beam_ok = transformer_beam_search
 def transformer_beam_search(model, src, bos_id, eos_id, beam_size, max_len, n_best=1, length_norm=True):
     return [([bos_id] + t, s) for t, s in _beam_ok(model, src, bos_id, eos_id, beam_size, max_len, n_best, length_norm)]
+'''),
+    # ------------------------------------------------------------ beam_search_until_done
+    Mistake("beam_search_until_done", "an EOS below the first beam_size finishes", '''
+@torch.no_grad()
+def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, alpha=0.6):
+    src_mask = padding_mask(src, model.pad_id)
+    memory = model.encode(src, src_mask)
+    live, logp, finished = [[bos_id]], [0.0], []
+    for step in range(1, max_len + 1):
+        N = len(live)
+        out = model.decode(torch.tensor(live), memory.expand(N, -1, -1), src_mask.expand(N, -1, -1, -1))
+        cand = torch.tensor(logp, dtype=torch.float64)[:, None] + out[:, -1].double().log_softmax(-1)
+        V = cand.shape[1]
+        top, idx = cand.flatten().topk(min(2 * beam_size, N * V))
+        prefixes, live, logp = live, [], []
+        for rank, (score, j) in enumerate(zip(top.tolist(), idx.tolist())):
+            hyp = prefixes[j // V] + [j % V]
+            if j % V == eos_id:
+                if True:
+                    finished.append((hyp[1:], score / length_penalty(step, alpha)))
+            elif len(live) < beam_size:
+                live.append(hyp)
+                logp.append(score)
+        best = max((sc for _, sc in finished), default=-math.inf)
+        if len(finished) >= beam_size or not (live and max(logp) / length_penalty(max_len, alpha) > best):
+            break
+    else:
+        finished += [(h[1:], sc / length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
+    return max(finished, key=lambda r: r[1])
+''', feedback="ranked below the first beam_size"),
+    Mistake("beam_search_until_done", "stops at the first finished hypothesis", '''
+@torch.no_grad()
+def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, alpha=0.6):
+    src_mask = padding_mask(src, model.pad_id)
+    memory = model.encode(src, src_mask)
+    live, logp, finished = [[bos_id]], [0.0], []
+    for step in range(1, max_len + 1):
+        N = len(live)
+        out = model.decode(torch.tensor(live), memory.expand(N, -1, -1), src_mask.expand(N, -1, -1, -1))
+        cand = torch.tensor(logp, dtype=torch.float64)[:, None] + out[:, -1].double().log_softmax(-1)
+        V = cand.shape[1]
+        top, idx = cand.flatten().topk(min(2 * beam_size, N * V))
+        prefixes, live, logp = live, [], []
+        for rank, (score, j) in enumerate(zip(top.tolist(), idx.tolist())):
+            hyp = prefixes[j // V] + [j % V]
+            if j % V == eos_id:
+                if rank < beam_size:
+                    finished.append((hyp[1:], score / length_penalty(step, alpha)))
+            elif len(live) < beam_size:
+                live.append(hyp)
+                logp.append(score)
+        best = max((sc for _, sc in finished), default=-math.inf)
+        if finished or len(finished) >= beam_size or not (live and max(logp) / length_penalty(max_len, alpha) > best):
+            break
+    else:
+        finished += [(h[1:], sc / length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
+    return max(finished, key=lambda r: r[1])
+''', feedback="first finished hypothesis"),
+    Mistake("beam_search_until_done", "no length penalty in the stopping bound", '''
+@torch.no_grad()
+def beam_search_until_done(model, src, bos_id, eos_id, beam_size=4, max_len=12, alpha=0.6):
+    src_mask = padding_mask(src, model.pad_id)
+    memory = model.encode(src, src_mask)
+    live, logp, finished = [[bos_id]], [0.0], []
+    for step in range(1, max_len + 1):
+        N = len(live)
+        out = model.decode(torch.tensor(live), memory.expand(N, -1, -1), src_mask.expand(N, -1, -1, -1))
+        cand = torch.tensor(logp, dtype=torch.float64)[:, None] + out[:, -1].double().log_softmax(-1)
+        V = cand.shape[1]
+        top, idx = cand.flatten().topk(min(2 * beam_size, N * V))
+        prefixes, live, logp = live, [], []
+        for rank, (score, j) in enumerate(zip(top.tolist(), idx.tolist())):
+            hyp = prefixes[j // V] + [j % V]
+            if j % V == eos_id:
+                if rank < beam_size:
+                    finished.append((hyp[1:], score / length_penalty(step, alpha)))
+            elif len(live) < beam_size:
+                live.append(hyp)
+                logp.append(score)
+        best = max((sc for _, sc in finished), default=-math.inf)
+        if len(finished) >= beam_size or not (live and max(logp) > best):
+            break
+    else:
+        finished += [(h[1:], sc / length_penalty(max_len, alpha)) for h, sc in zip(live, logp)]
+    return max(finished, key=lambda r: r[1])
 '''),
 ]

@@ -60,6 +60,13 @@ def _ctx_swapped(self, x, mask):
     return torch.cat([s[..., d:], s[..., :d]], -1)
 BiLM.contextualize = _ctx_swapped
 ''', feedback="swapped"),
+    Mistake("BiLM", "LSTM states zeroed at padding positions", '''
+_ctx_ok = BiLM.contextualize
+def _ctx_zeroed(self, x, mask):
+    s = _ctx_ok(self, x, mask)
+    return torch.cat([s[:1], s[1:] * mask[None, :, :, None]])
+BiLM.contextualize = _ctx_zeroed
+''', feedback="padding positions are zero"),
     Mistake("BiLM", "backward reads the flipped padded row", '''
 def reverse_padded(x, mask):
     return x.flip(1)

@@ -30,6 +30,22 @@ def gpt_multiple_choice_inputs(context, answers, start_id, delim_id, extract_id)
     return [gpt_entailment_input(context, [t for a in answers for t in a], start_id, delim_id, extract_id)]
 ''', feedback="all answers in one sequence"),
     # ------------------------------------------------------------ filter_logits
+    Mistake("filter_logits", "top_k = 0 keeps everything (no ValueError)", '''
+_filter_ok = filter_logits
+def filter_logits(logits, top_k=None, top_p=None):
+    return _filter_ok(logits, None if top_k is not None and top_k < 1 else top_k, top_p)
+''', feedback="should raise ValueError"),
+    Mistake("filter_logits", "top-p applied at top_p >= 1 too", '''
+_filter_ok = filter_logits
+def filter_logits(logits, top_k=None, top_p=None):
+    out = _filter_ok(logits, top_k, None)
+    if top_p is not None:
+        probs, order = out.softmax(-1).sort(dim=-1, descending=True, stable=True)
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop_sorted[..., 0] = False
+        out = out.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+    return out
+''', feedback="which should keep every logit"),
     Mistake("filter_logits", "top-p drops the token which crosses the threshold", '''
 _filter_ok = filter_logits
 def filter_logits(logits, top_k=None, top_p=None):
@@ -259,5 +275,57 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, top_p=N
         nxt = sample_next_token(logits[:, 0], temperature, top_k, top_p, generator)
         tokens = torch.cat([tokens, nxt[:, None]], 1)
     return tokens
+'''),
+    # ------------------------------------------------------------ prefix matching
+    Mistake("prefix_matching_score", "the earlier occurrence itself, not the token after it", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    repeats = earlier.any(-1)
+    mass = (attn * earlier[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="not the token after it"),
+    Mistake("prefix_matching_score", "off by one: two after the earlier occurrence", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 2:] = earlier[:, :, :-2]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="j + 2"),
+    Mistake("prefix_matching_score", "a position is its own earlier occurrence", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(0)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum().clamp(min=1)
+''', feedback="its own earlier occurrence"),
+    Mistake("prefix_matching_score", "mean over every position", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    return (attn * after[:, None]).sum(-1).mean((0, 2))
+''', feedback="every position"),
+    Mistake("prefix_matching_score", "NaN when nothing repeats", '''
+def prefix_matching_score(attn, tokens):
+    B, H, T, _ = attn.shape
+    same = tokens[:, :, None] == tokens[:, None, :]
+    earlier = same & torch.ones(T, T, dtype=torch.bool).tril(-1)
+    after = torch.zeros_like(earlier)
+    after[:, :, 1:] = earlier[:, :, :-1]
+    repeats = earlier.any(-1)
+    mass = (attn * after[:, None]).sum(-1)
+    return (mass * repeats[:, None]).sum((0, 2)) / repeats.sum()
 '''),
 ]

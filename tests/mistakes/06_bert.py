@@ -186,6 +186,14 @@ def nsp_pairs(docs, generator=None):
     return pairs + [(d[-1], d[0], 0) for d in docs if d]
 ''', feedback="one per consecutive position"),
     # ------------------------------------------------------------ combine_layers
+    Mistake("combine_layers", "an unknown strategy gives the last layer (no ValueError)", '''
+_combine_ok = combine_layers
+def combine_layers(hidden_states, strategy):
+    try:
+        return _combine_ok(hidden_states, strategy)
+    except ValueError:
+        return hidden_states[-1]
+''', feedback="should raise ValueError"),
     Mistake("combine_layers", "sum_all includes the embeddings", '''
 _combine_ok = combine_layers
 def combine_layers(hidden_states, strategy):
@@ -367,6 +375,21 @@ def text_infilling(tokens, mask_id, mask_ratio=0.3, poisson_lambda=3.0, generato
             out.append(int(t))
     return out
 ''', feedback="adjacent"),
+    Mistake("text_infilling", "at least one span drawn, even when k = 0", '''
+_infill_ok = text_infilling
+def text_infilling(tokens, mask_id, mask_ratio=0.3, poisson_lambda=3.0, generator=None):
+    if round(mask_ratio * len(tokens)) == 0:
+        return [mask_id] + [int(t) for t in tokens]  # one draw, shortened to a zero-length span
+    return _infill_ok(tokens, mask_id, mask_ratio, poisson_lambda, generator)
+''', feedback="with k = 0 no span is drawn"),
+    Mistake("text_infilling", "more spans than gaps: the extra spans dropped, no ValueError", '''
+_infill_ok = text_infilling
+def text_infilling(tokens, mask_id, mask_ratio=0.3, poisson_lambda=3.0, generator=None):
+    try:
+        return _infill_ok(tokens, mask_id, mask_ratio, poisson_lambda, generator)
+    except ValueError:
+        return [mask_id]
+''', feedback="should raise ValueError"),
     Mistake("text_infilling", "zero-length spans dropped", '''
 _infill_ok = text_infilling
 def text_infilling(tokens, mask_id, mask_ratio=0.3, poisson_lambda=3.0, generator=None):

@@ -75,6 +75,24 @@ def chunked_lsh_attention(sq, sv, spos, chunk_len, causal=False):
     scores = scores.masked_fill(kpos[:, :, None, :] == qpos[..., None], -1e5)
     return (scores.softmax(-1) @ v).reshape(B, T, -1), scores.logsumexp(-1).reshape(B, T)
 ''', feedback="not unit-normalised"),
+    Mistake("lsh_attention", "chunked attention weights exp(s - lse) in float32 (Hugging Face's Reformer)", '''
+def chunked_lsh_attention(sq, sv, spos, chunk_len, causal=False):
+    B, T, D = sq.shape
+    Dv = sv.shape[-1]
+    C = T // chunk_len
+    q = sq.reshape(B, C, chunk_len, D)
+    k = look_back(F.normalize(sq, dim=-1).reshape(B, C, chunk_len, D))
+    v = look_back(sv.reshape(B, C, chunk_len, Dv))
+    qpos = spos.reshape(B, C, chunk_len)
+    kpos = look_back(qpos)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(kpos[:, :, None, :] > qpos[..., None], -1e9)
+    scores = scores.masked_fill(kpos[:, :, None, :] == qpos[..., None], -1e5)
+    lse = scores.logsumexp(dim=-1, keepdim=True)
+    out = torch.exp(scores - lse) @ v
+    return out.reshape(B, T, Dv), lse.reshape(B, T)
+''', feedback="float32"),
     # ------------------------------------------------------------ combine_hash_rounds
     Mistake("combine_hash_rounds", "hash rounds averaged, not logsumexp-weighted", '''
 def combine_hash_rounds(outs, lses):
