@@ -64,13 +64,15 @@ def find_leaks(paths: list[Path]) -> list[tuple[Path, str]]:
 # ---------------------------------------------------------------- near-copies in given code
 SHAPE_MIN_TOKENS = 8  # a shorter statement (`for _ in _ ( _ ) :`) is an idiom, not evidence
 MIN_SHARED = 3  # statements a given cell may share with one graded solution (all eight chapters: 2 at most)
+GENERIC = {"_", ",", "=", "(", ")", "[", "]", "{", "}", ":", "S"}  # `_ , _ = _ ( _ )`: any code's shape
 LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
 
 
 def code_shapes(source: str) -> set[str]:
     """The statements of `source` with whitespace, comments and names dropped: every name that is not a
     keyword or an attribute (`.topk`) becomes `_`, every string `S`; statements of fewer than
-    SHAPE_MIN_TOKENS tokens and lone strings (docstrings) are left out."""
+    SHAPE_MIN_TOKENS tokens, lone strings (docstrings) and statements of only names, calls, brackets and
+    commas (`_ , _ = _ ( _ )`: no attribute, operator, keyword or number, so no evidence) are left out."""
     code = "\n".join(ln for ln in textwrap.dedent(source).splitlines() if not ln.lstrip().startswith(("%", "!")))
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
@@ -81,7 +83,7 @@ def code_shapes(source: str) -> set[str]:
         if tok.type in LAYOUT:
             continue
         if tok.type == tokenize.NEWLINE:
-            if len(statement) >= SHAPE_MIN_TOKENS:
+            if len(statement) >= SHAPE_MIN_TOKENS and not set(statement) <= GENERIC:
                 shapes.add(" ".join(statement))
             statement, previous = [], ""
             continue

@@ -1,7 +1,8 @@
 """One bad cell must not cost the whole notebook (book/instructors/grading.md, "One bad cell").
 
 Each test appends one top-level cell to the toy chapter's correct solution
-(5 points) and grades it, in bubblewrap mode and in the fallback. A cell that
+(6 points: 5, and 1 for its CUDA test, which runs on the simulated CUDA device
+where no GPU is usable) and grades it, in bubblewrap mode and in the fallback. A cell that
 runs past the per-cell limit is interrupted and the notebook goes on; one
 that ignores the interrupt or ends its process is dropped and the notebook is
 run again without it. Limits are short (1 s a cell) to keep this fast.
@@ -21,6 +22,7 @@ CHAPTER = Path(__file__).resolve().parent / "hostile" / "chapter"
 TOY = "99_toy"
 LIMITS = Limits(call_seconds=5, load_seconds=20, submission_seconds=60, cell_seconds=1, cell_grace_seconds=1,
                 memory_bytes=1 << 30)
+FULL = 6   # the toy chapter's correct solution, on every machine
 CELLS = {
     "hang": "import time\nwhile True:\n    time.sleep(1)",
     "busy": "import time\nstart = time.time()\nwhile time.time() - start < 45:\n    pass",
@@ -65,7 +67,7 @@ def notebook(folder: Path, *extra: str) -> Path:
 @pytest.mark.parametrize("kind", sorted(CELLS))
 def test_one_bad_cell_costs_nothing_else(box, tmp_path, kind):
     result = grade_submission(notebook(tmp_path, CELLS[kind]), box, TOY)
-    assert (result["score"], result["max_score"]) == (5, 5), result["output"]
+    assert (result["score"], result["max_score"]) == (FULL, FULL), result["output"]
     bad_cell = len(read_submission(CHAPTER / f"{TOY}.py").cells)
     assert f"cell {bad_cell}:" in result["output"] and SAYS[kind] in result["output"], result["output"]
 
@@ -77,7 +79,7 @@ def test_a_bad_cell_before_the_definitions_is_dropped_too(box, tmp_path):
                            "execution_count": None})
     path.write_text(json.dumps(nb))
     result = grade_submission(path, box, TOY)
-    assert result["score"] == 5, result["output"]
+    assert result["score"] == FULL, result["output"]
     assert "cell 0:" in result["output"]
 
 

@@ -125,6 +125,11 @@ REVIEWED = {
     ("05_gpt", "filter_logits", "Top-k first (top_k >= 1, else ValueError): keep the logits >= the k-th largest "
      "of the row (ties at the k-th value all stay)."): "graded by test_filter_top_k_below_one_raises (ValueError), "
                                                          "test_filter_top_k_ties and test_filter_top_k_then_top_p",
+    ("05_gpt", "prefix_matching_score", "A query position i *repeats* if tokens[b, j] == tokens[b, i] for some "
+     "earlier j < i."): "graded by test_prefix_matching_* (the hint: the earlier positions j < i with the same token)",
+    ("05_gpt", "prefix_matching_score", "The result is, per head, the mean of that score over every repeating "
+     "position of every sequence (0 if no position repeats)."): "graded by test_prefix_matching_* (average over "
+                                                                "the repeating positions; 0, not NaN, without one)",
 }
 
 

@@ -1,6 +1,6 @@
 """Malformed submissions get a result, never a crashed batch: score 0, a clear message, and
 the chapter's max_score when the chapter is known. Graded against the toy chapter in
-tests/hostile/chapter (5 points)."""
+tests/hostile/chapter (6 points with its CUDA test)."""
 from __future__ import annotations
 
 import json
