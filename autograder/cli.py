@@ -90,6 +90,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         out = Path(args.out or Path(course.root) / "autograder-results" / args.assignment)
     else:
         jobs, out = batch.find_jobs(args.paths), Path(args.out)
+        jobs = batch.same_files_as_before(jobs, out)  # first: a roster or an LMS name given later still wins
         try:
             ided = ids.identify(args.paths, jobs, ids.Roster.read(Path(args.roster)) if args.roster else None)
             deadline = deadlines.from_args(args, out)
@@ -97,7 +98,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
             print(exc, file=sys.stderr)
             return 2
         jobs = ided.jobs
-        jobs = batch.same_files_as_before(jobs, out)
     if not jobs:
         print("no notebooks found", file=sys.stderr)
         return 2

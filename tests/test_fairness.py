@@ -126,10 +126,12 @@ REVIEWED = {
      "of the row (ties at the k-th value all stay)."): "graded by test_filter_top_k_below_one_raises (ValueError), "
                                                          "test_filter_top_k_ties and test_filter_top_k_then_top_p",
     ("05_gpt", "prefix_matching_score", "A query position i *repeats* if tokens[b, j] == tokens[b, i] for some "
-     "earlier j < i."): "graded by test_prefix_matching_* (the hint: the earlier positions j < i with the same token)",
+     "earlier j < i."): "graded by test_prefix_matching_matches_reference (its hint: the earlier positions j < i "
+                        "with the same token; named mistakes: j <= i, only the latest occurrence)",
     ("05_gpt", "prefix_matching_score", "The result is, per head, the mean of that score over every repeating "
-     "position of every sequence (0 if no position repeats)."): "graded by test_prefix_matching_* (average over "
-                                                                "the repeating positions; 0, not NaN, without one)",
+     "position of every sequence (0 if no position repeats)."): "graded by test_prefix_matching_matches_reference "
+     "(pooled over the batch; named mistakes: every position, per-sequence means) and test_prefix_matching_no_repeats "
+     "(0, not NaN)",
 }
 
 

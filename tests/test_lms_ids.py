@@ -11,6 +11,8 @@ import pytest
 from autograder.batch import find_jobs
 from autograder.batch.ids import Roster, identify, lms_identity, lms_report
 from autograder.batch.io import Report, lms_rows
+from autograder.harness.notebook import chapter_from_name
+from autograder.paths import chapters
 from tests.batch.toy import CHAPTER, make_notebook, toy_chapter  # noqa: F401 - fixture
 
 GRADESCOPE_YML = """\
@@ -57,6 +59,32 @@ def test_canvas_names_give_the_canvas_user_id_late_or_not(tmp_path):
     }
     assert lms_identity(Path("smithann_late_234567_8912345_02_attention.ipynb")).late
     assert not lms_identity(Path("doejohn_123456_7891011_02_attention.ipynb")).late
+
+
+@pytest.mark.parametrize("chapter", [*chapters(), CHAPTER])
+def test_lms_download_names_give_the_chapter(chapter):
+    """The numbers before the chapter (Canvas's user and submission ids) are not its "NN_"."""
+    for name in (f"doejohn_123456_7891011_{chapter}.ipynb", f"doejohn_123456_7891011_{chapter}-1.ipynb",
+                 f"smithann_late_23_8912345_{chapter}-12.ipynb", f"Jo Doe_123_assignsubmission_file_{chapter}.ipynb",
+                 f"alice_{chapter}.ipynb", f"{chapter}.ipynb"):
+        assert chapter_from_name(Path(name)) == chapter, name
+    assert chapter_from_name(Path("doejohn_123456_7891011_notes.ipynb")) is None
+
+
+def test_a_canvas_named_notebook_without_metadata_is_graded_as_its_chapter(toy_chapter, tmp_path):
+    """Without --chapter and with the notebook's own metadata lost, the chapter comes from the name."""
+    import json
+    from autograder.cli import main
+    subs = tmp_path / "canvas"
+    for name in (f"doejohn_123456_7891011_{CHAPTER}-1.ipynb", f"smithann_late_234567_8912345_{CHAPTER}.ipynb"):
+        path = make_notebook(subs / name, "ok")
+        nb = json.loads(path.read_text())
+        nb["metadata"].pop("course", None)
+        path.write_text(json.dumps(nb))
+    assert main(["grade", str(subs), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["chapter"], r["score"], r["max"]) for r in rows] == [(CHAPTER, "4", "4")] * 2
 
 
 def test_moodle_folders_and_files_give_the_participant_id(tmp_path):

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAX_BYTES = 200 * 1024 * 1024
-CHAPTER_RE = re.compile(r"\d\d_[a-z0-9_]+")
+# NN_name, not inside a number or a word: Canvas's `doejohn_123456_7891011_02_attention-1` is 02_attention
+CHAPTER_RE = re.compile(r"(?<![0-9A-Za-z])\d\d_[a-z][a-z0-9_]*")
 
 
 class BadSubmission(ValueError):
@@ -150,7 +151,9 @@ def read_submission(path: str | Path, chapter: str | None = None) -> Submission:
 
 
 def chapter_from_name(path: Path) -> str | None:
-    """The chapter a file's name mentions (`alice_02_attention.ipynb` -> `02_attention`), if any."""
+    """The chapter a file's name mentions (`alice_02_attention.ipynb` -> `02_attention`, and in LMS
+    download names: Canvas's `doejohn_123456_7891011_02_attention-1.ipynb`, Moodle's
+    `Jo Doe_123_assignsubmission_file_02_attention.ipynb`), if any."""
     match = CHAPTER_RE.search(path.stem)
     return match.group(0) if match else None
 

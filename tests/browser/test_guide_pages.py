@@ -38,6 +38,7 @@ def test_the_intro_table_links_every_chapter_of_the_toc_under_its_title(page, si
 def test_guide_pages_show_their_commands_and_every_link_leads_to_a_page(page, site, name):
     open_page(page, site, name)
     assert page.locator("main div.highlight pre").count() >= 1, f"{name}: no command shown"
+    assert "To be written" not in page.locator("main").inner_text(), f"{name}: a section is still to be written"
     hrefs = page.eval_on_selector_all("main a[href]", "as => as.map(a => a.href)")
     broken = []
     for href in hrefs:

@@ -17,12 +17,14 @@ import pytest
 
 from autograder.grade import run_graders
 from autograder.harness.seeds import PerStudentInputs
-from course.release import Recorder, RecordingPlugin, alternative_namespace, load_mistakes, reference_namespace
+from course.release import (Recorder, RecordingPlugin, alternative_namespace, load_mistakes, load_variants,
+                            reference_namespace)
 
 
 def namespaces(chapter: str, mistakes: bool = True) -> tuple[types.SimpleNamespace, dict[str, tuple[str | None, dict]]]:
     """(the `ref` fixture's names, variants): "solution" and "alternative" (graded on every function),
-    and (`mistakes`) each known-wrong variant (graded on its own function only)."""
+    each known-correct variant in another style (tests/variants/) and (`mistakes`) each known-wrong
+    variant (those two graded on their own function only)."""
     ref_ns = reference_namespace(chapter)
     ref = types.SimpleNamespace(**{k: v for k, v in ref_ns.items() if not k.startswith("__")})
     solution = reference_namespace(chapter)  # the student's own copy: nothing shared with `ref`
@@ -30,6 +32,8 @@ def namespaces(chapter: str, mistakes: bool = True) -> tuple[types.SimpleNamespa
     alternative = alternative_namespace(chapter)
     if alternative is not None:
         variants["alternative"] = (None, alternative)
+    for v in load_variants(chapter):  # appended to the solution notebook, as the graders' self-test does
+        variants[f"variant: {v.function}: {v.name}"] = (v.function, reference_namespace(chapter, v.code))
     for m in load_mistakes(chapter) if mistakes else []:  # appended to the solution notebook, as the graders' self-test does
         variants[f"mistake: {m.function}: {m.name}"] = (m.function, reference_namespace(chapter, m.code))
     return ref, variants
@@ -55,7 +59,7 @@ class EveryVariant:
             if only not in (None, function):
                 continue
             self.recorder.ns = ns
-            for key in self.keys if only is None else self.keys[:self.mistake_keys]:
+            for key in self.keys[:self.mistake_keys] if name.startswith("mistake") else self.keys:
                 self.ran[(name, key)] += 1
                 try:
                     with PerStudentInputs(key, self.chapter).inputs(item.name):
