@@ -122,8 +122,10 @@ def code_hash(chapter: str, implementation: str) -> str:
 
 
 # ---------------------------------------------------------------- running
-def work(chapter: str, implementation: str, out: str, solutions: str, alternatives: str) -> None:
-    """In a fresh process: run the experiment cells, call every experiment on its seeds and threads."""
+def work(chapter: str, implementation: str, out: str, solutions: str, alternatives: str,
+         seeds: list[int] | None = None) -> None:
+    """In a fresh process: run the experiment cells, call every experiment on its seeds (or
+    those of `seeds` it has) and threads."""
     import matplotlib
     matplotlib.use("Agg")
     import course.alternatives
@@ -141,7 +143,7 @@ def work(chapter: str, implementation: str, out: str, solutions: str, alternativ
                            f"{e['message']}\n{e['traceback']}\n{e['output'][-2000:]}")
     runs = []
     for exp in registry.EXPERIMENTS.values():
-        for seed in range(exp.seeds):
+        for seed in (s for s in range(exp.seeds) if seeds is None or s in seeds):
             for threads in exp.threads:
                 started = time.monotonic()
                 figures = registry.figures_of(exp.fn(seed=seed, threads=threads))
@@ -153,7 +155,7 @@ def work(chapter: str, implementation: str, out: str, solutions: str, alternativ
     Path(out).write_text(json.dumps(runs))
 
 
-def _run(chapter: str, implementation: str) -> list[dict]:
+def _run(chapter: str, implementation: str, seeds: list[int] | None = None) -> list[dict]:
     """Run `work` in a fresh Python process (its own namespace, registry and thread pool)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "runs.json"
@@ -162,7 +164,7 @@ def _run(chapter: str, implementation: str) -> list[dict]:
         env = dict(os.environ, ATTNKIT_PROGRESS="off", MPLBACKEND="Agg", OMP_WAIT_POLICY="PASSIVE")
         import course.alternatives
         import course.exercises
-        where = (str(out), str(course.exercises.SOLUTIONS), str(course.alternatives.ALTERNATIVES))
+        where = (str(out), str(course.exercises.SOLUTIONS), str(course.alternatives.ALTERNATIVES), seeds)
         code = f"from course.claims import work; work({chapter!r}, {implementation!r}, *{where!r})"
         proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -194,16 +196,29 @@ def stale(chapter: str, record: dict | None = None) -> list[str]:
     return [i for i in implementations(chapter) if parts.get(i, {}).get("hash") != code_hash(chapter, i)]
 
 
-def refresh(chapter: str, force: bool = False) -> dict:
-    """The chapter's record, re-running the implementations whose code changed (or all, forced)."""
+def refresh(chapter: str, force: bool = False, jobs: int = 1) -> dict:
+    """The chapter's record, re-running the implementations whose code changed (or all, forced).
+
+    With `jobs` > 1, that many processes run at once, each for one implementation and a share
+    of the seeds (each process runs the notebook's cells once, then its calls)."""
+    from concurrent.futures import ThreadPoolExecutor
     record = load(chapter)
-    for impl in (implementations(chapter) if force else stale(chapter, record)):
-        started = time.monotonic()
-        runs = _run(chapter, impl)
-        record["implementations"][impl] = {"hash": code_hash(chapter, impl), "runs": runs,
-                                           "seconds": round(time.monotonic() - started, 1)}
+    todo = implementations(chapter) if force else stale(chapter, record)
+    hashes = {impl: code_hash(chapter, impl) for impl in todo}   # of the code the runs execute
+    per = max(1, -(-jobs // max(1, len(todo))))                 # processes per implementation
+    tasks = [(impl, [s for s in range(64) if s % per == k]) for impl in todo for k in range(per)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(lambda t: (t[0], _run(chapter, t[0], t[1] if per > 1 else None)), tasks))
+    for impl in todo:
+        runs = sorted((r for i, rs in results if i == impl for r in rs),
+                      key=lambda r: (r["experiment"], r["seed"], r["threads"]))
+        record["implementations"][impl] = {"hash": hashes[impl], "runs": runs,
+                                           "seconds": round(sum(r["seconds"] for r in runs), 1)}
+        print(f"{chapter}: {impl} ran {len(runs)} experiment runs")
+    if todo:
         save(chapter, record)
-        print(f"{chapter}: {impl} ran {len(runs)} experiment runs in {time.monotonic() - started:.0f} s")
+        print(f"{chapter}: claims runs took {time.monotonic() - started:.0f} s ({jobs} job(s))")
     return record
 
 
@@ -249,9 +264,11 @@ def claims_chapters() -> list[str]:
 
 
 def main(args: list[str]) -> int:
-    """`python -m course claims [NN_name|NN ...] [--force]`: refresh the records, check the claims."""
+    """`python -m course claims [NN_name|NN ...] [--force] [--jobs=N]`: refresh the records (N
+    processes at once), check the claims."""
     started = time.monotonic()
     from course.exercises import chapters
+    jobs = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--jobs=")), 1)
     wanted = [a for a in args if not a.startswith("--")]
     names = [ch for ch in chapters() if any(ch == w or ch.startswith(f"{w}_") for w in wanted)] \
         if wanted else claims_chapters()
@@ -261,7 +278,7 @@ def main(args: list[str]) -> int:
             print(f"{ch}: declares no experiment (attnkit.claims.experiment): nothing to check")
             continue
         try:
-            record = refresh(ch, force="--force" in args)
+            record = refresh(ch, force="--force" in args, jobs=jobs)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue

@@ -109,3 +109,12 @@ def test_each_chapters_record_is_current_and_its_claims_hold(chapter):
     (`python -m course claims NN` re-runs and re-checks)."""
     assert not claims.stale(chapter), f"run `python -m course claims {chapter}` and commit tests/claims/"
     assert not claims.check(chapter, claims.load(chapter))
+
+
+def test_parallel_jobs_split_the_seeds_and_record_the_same_runs(first_run, toy):
+    """--jobs=N runs the seeds in N processes; the record holds the same runs, in the same order."""
+    assert claims.main([TOY, "--force", "--jobs=4"]) == 0
+    strip = lambda rec: {i: [{k: v for k, v in r.items() if k != "seconds"} for r in p["runs"]]  # noqa: E731
+                         for i, p in rec["implementations"].items()}
+    parallel = json.loads((claims.RECORDS / f"{TOY}.json").read_text())
+    assert strip(parallel) == strip(json.loads(first_run[1].read_text()))
