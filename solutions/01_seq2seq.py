@@ -1151,9 +1151,8 @@ spread({"ch01_clean_acc": "clean accuracy, t = 2..4 (%)",
 # {glue:text}`ch01_ctrl_after_error:.1f`% right after the wrong letter, but
 # by less: {glue:text}`ch01_ctrl_drop:.0f` points. So a large part of the
 # drop, in most runs the larger part, comes from never having seen a wrong
-# prefix, which is what **exposure bias** names; the rest, one random
-# letter makes hard to predict even for a decoder trained on such
-# prefixes.
+# prefix, which is what **exposure bias** names; the rest is what one
+# random letter costs even a decoder trained on such prefixes.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
