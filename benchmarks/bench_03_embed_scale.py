@@ -4,7 +4,7 @@ The chapter's `Transformer` multiplies embeddings by sqrt(d_model) and (its docs
 draws the embedding tables from N(0, 1/d_model), so that embed * sqrt(d_model) has entries of
 size about 1, like the positional encodings. This script trains the notebook's date model
 (d_model 64, 4 heads, 2+2 layers, d_ff 128, dropout 0.1, label smoothing 0.1, Adam with the
-warm-up schedule, 800 steps of batch 64, gradient clipping at 1.0) once with that init and
+warm-up schedule with 200 warm-up steps, 800 steps of batch 64, gradient clipping at 1.0) once with that init and
 once with nn.Embedding's default N(0, 1), for a few seeds, and prints greedy exact match on
 the 2000 held-out dates.
 
