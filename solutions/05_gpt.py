@@ -869,7 +869,7 @@ glue("ch05_nocopy_acc8", no_copy[8][1])
 # and copies what followed (the `>` first needs its own letter, from the
 # position before it). Such heads form abruptly, after a plateau of the
 # loss, and only if gradient descent has a way onto the path. Here it has
-# none. Each sequence's $f$ is a **bijection of the same 8 letters**, and
+# no easy one. Each sequence's $f$ is a **bijection of the same 8 letters**, and
 # the query letter is uniform and independent of the context. Then no
 # single feature of the context helps: which letters were shown as
 # answers, or whether the query letter was shown, each leave every letter
@@ -896,8 +896,9 @@ glue("ch05_nocopy_acc8", no_copy[8][1])
 # no `>` or `;`, 16 pairs per sequence, learning rate $3\cdot10^{-3}$, and
 # the loss on every answer. The 16 labels alone were not enough: in a
 # reviewer's run with this chapter's format (`?`/`+`, `x > y ;`, 9 pairs,
-# learning rate $2\cdot10^{-3}$), the 8-shot accuracy was still 0.16 after
-# 2,000 steps (119 s of CPU). That is past this page's budget: exercise 1.
+# learning rate $2\cdot10^{-3}$), the 8-shot accuracy was 0.16 after 2,000
+# steps (119 s of CPU), far below what copying would give. All of this is
+# past this page's budget: exercise 1.
 #
 # The task marker, by contrast, needs nothing from the context: the model,
 # prompted with `+` and no demonstration, applies the shift with accuracy
