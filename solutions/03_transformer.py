@@ -844,7 +844,7 @@ print(dec_layer.self_attn.attn[0, 0])   # the causal mask at work: position t at
 # The encoder is $N$ encoder layers in a row, the decoder $N$ decoder layers,
 # each receiving the encoder's final output as `memory`. The layers of a
 # stack are identical in structure but do not share weights. The paper's
-# base model (its section 3) has $N = 6$ on each side, $d_\text{model} =
+# base model (its sections 3 and 5.4) has $N = 6$ on each side, $d_\text{model} =
 # 512$, $h = 8$ heads of $d_k = 64$, $d_{ff} = 2048$ and dropout 0.1; there
 # is nothing special about 6, and our experiment below uses 2. The whole
 # model, bottom to top:
@@ -1576,8 +1576,8 @@ spread(rows, digits=1)
 # {glue:text}`ch03_nbest1_cut` are the reference cut short and
 # {glue:text}`ch03_nbest1_skip` are shorter but not a prefix of it,
 # typically with a digit skipped in the middle (the printed list above
-# shows the first few), and {glue:text}`ch03_nbest1_full_length` are as
-# long as the reference: every hypothesis advances one token per step, so
+# shows the first few), and {glue:text}`ch03_nbest1_full_length` are at
+# least as long as the reference: every hypothesis advances one token per step, so
 # one that skips a token reaches `<eos>` a step earlier. How many dates
 # it loses depends on how often such a near-zero `<eos>` ranks among the best extensions, which changes with every detail
 # of the trained weights: the table shows how far it moves with the seed,
@@ -1678,8 +1678,8 @@ print("encoder, last layer, share of each head's weight in the query's own field
 # {glue:text}`ch03_heads_digits` digits (the printed line above). The
 # decoder's self-attention
 # is lower-triangular, as the causal mask demands. The encoder's heads are
-# harder to read, and they do not all keep to one field (day, month name,
-# year): in the encoder's last layer the share of a head's weight that
+# harder to read, and in this run none keeps to one field (day, month
+# name, year): in the encoder's last layer the share of a head's weight that
 # stays in the query's own field, averaged over the source characters,
 # ranges in this run from {glue:text}`ch03_enc_within_min:.2f` (head
 # {glue:text}`ch03_enc_within_min_head`) to

@@ -1056,9 +1056,10 @@ claim("layer2_near_ceiling", "Layer 2 reads the sense within 2 points of the Bay
 # {glue:text}`ch04_sense_mix_3000:.1f`%), against
 # {glue:text}`ch04_sense_layer2:.1f`% for layer 2 and
 # {glue:text}`ch04_sense_layer1:.1f`% for layer 1. In every run of the
-# check the mix reads the sense within 2 points of the better LSTM layer
-# (the tables give the spread); why it does not beat it here, this
-# experiment does not say. Peters et al. offer a layer normalisation of
+# check the 1000-step mix reads the sense within 2 points of the better
+# LSTM layer, mostly at or just below it, sometimes slightly above (the
+# tables give the spread); this experiment does not say why it gains no
+# more. Peters et al. offer a layer normalisation of
 # each layer before the mix: whether it changes the learned weights is
 # exercise 5.
 
@@ -1069,10 +1070,10 @@ spread({f"ch04_w{b}_sense_{j}": f"sense, weight of layer {j}, {steps} steps"
           "ch04_sense_mix_3000": "sense, learned mix, 3000 steps (%)"})
 
 # %% tags=["skip-grading", "hide-input"]
-claim("mix_close_to_best_layer", "The learned mix reads the sense within 2 points of the better "
-      "LSTM layer.",
-      lambda g: g["ch04_sense_learnedmix"]
-      >= max(g["ch04_sense_layer1"], g["ch04_sense_layer2"]) - 2)
+claim("mix_close_to_best_layer", "After 1000 steps the learned mix reads the sense within 2 "
+      "points (above or below) of the better LSTM layer.",
+      lambda g: abs(g["ch04_sense_learnedmix"]
+                    - max(g["ch04_sense_layer1"], g["ch04_sense_layer2"])) <= 2)
 
 # %% [markdown]
 # ### Nearest neighbours: static versus contextual

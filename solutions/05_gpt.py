@@ -893,8 +893,8 @@ glue("ch05_nocopy_acc8", no_copy[8][1])
 # things changed at once: $f$ mapped the 8 letters onto 8 of 16
 # *separate* label tokens (so an answer already shown in the context
 # becomes likelier than one not shown), the pairs were written `x y` with
-# no `>` or `;`, 16 pairs per sequence, learning rate $3\cdot10^{-3}$, and
-# the loss on every answer. The 16 labels alone were not enough: in a
+# no `>` or `;`, 16 pairs per sequence and learning rate
+# $3\cdot10^{-3}$, with the loss, as here, on every answer. The 16 labels alone were not enough: in a
 # reviewer's run with this chapter's format (`?`/`+`, `x > y ;`, 9 pairs,
 # learning rate $2\cdot10^{-3}$), the 8-shot accuracy was 0.16 after 2,000
 # steps (119 s of CPU), far below what copying would give. All of this is
@@ -1117,8 +1117,9 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 #
 # 1. **A task with a first step.** Map the 8 letters onto 8 of 16
 #    separate label tokens (an injective $f$, a fresh one per sequence),
-#    write the pairs without separators (`x y x y ...`, 16 pairs), put
-#    the loss on every label and use learning rate $3\cdot10^{-3}$. Train
+#    write the pairs without separators (`x y x y ...`, 16 pairs), keep
+#    the loss on every label (as here) and use learning rate
+#    $3\cdot10^{-3}$. Train
 #    for 1000-2000 steps and plot the
 #    8-shot accuracy every 100 steps. Does it leave chance (now 1/16), and
 #    how abruptly? Measure `prefix_matching_score` of every head before and
