@@ -1485,14 +1485,14 @@ for key, model in run["models"].items():
 # below how often they fill a `[MASK]`
 # ({glue:text}`ch06_mlm_acc_801010:.1f`% and
 # {glue:text}`ch06_mlm_acc_allmask:.1f`%): they do correct replaced tokens
-# from the context, if less often than they fill a `[MASK]`. At how many
-# replaced tokens does a head answer the random word itself? In this run
-# (measured on the page, not over the runs of the check)
-# {glue:text}`ch06_probe_echo_801010:.1f`% and
-# {glue:text}`ch06_probe_echo_allmask:.1f`%. Why the heads correct a
-# replaced token less often than they fill a `[MASK]`, this experiment
-# does not settle: the weak context after so little pre-training and a
-# head that partly trusts its input would each explain part of it.
+# from the context, if less often than they fill a `[MASK]`. In this run
+# (measured on the page, not over the runs of the check) the 80/10/10
+# head answers the random word itself at
+# {glue:text}`ch06_probe_echo_801010:.1f`% of the replaced tokens: it
+# partly trusts its input. The 100%-`[MASK]` head, trained only at
+# `[MASK]`, answers it at {glue:text}`ch06_probe_echo_allmask:.1f`% and
+# still corrects a replaced token less often than it fills a `[MASK]`: for
+# it, trust in the input explains little of that gap.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM head names the word "
