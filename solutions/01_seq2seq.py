@@ -697,7 +697,8 @@ from attnkit.claims import load_record, record_runs
 
 runs = {(r["implementation"], r["seed"], r["threads"]): r["figures"]          # the claims record
         for r in record_runs(load_record("01_seq2seq"))}
-differs = {name: abs(alt[name] - ref[name]) / (abs(ref[name]) or 1) for (impl, *run), ref in runs.items()
+differs = {name: abs(alt[name] - ref[name]) / (abs(ref[name]) or 1)
+           for (impl, *run), ref in runs.items()
            if impl == "reference" and (alt := runs.get(("alternative", *run)))
            for name in ref if name in alt and alt[name] != ref[name]}
 glue("ch01_runs_distinct", len({tuple(run) for _, *run in runs}))

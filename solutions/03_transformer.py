@@ -1534,7 +1534,8 @@ claim("loss_near_floor", "The training loss ends within 0.05 of its floor.",
 claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode "
       "than with dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
 claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
-      "between the objective with dropout on 20 fixed batches and the floor.", lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
+      "between the objective with dropout on 20 fixed batches and the floor.",
+      lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
       < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]), at_least=0.9)
 
 # %% [markdown]
