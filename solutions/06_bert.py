@@ -1491,8 +1491,9 @@ for key, model in run["models"].items():
 # {glue:text}`ch06_probe_echo_801010:.1f`% of the replaced tokens: it
 # partly trusts its input. The 100%-`[MASK]` head, trained only at
 # `[MASK]`, answers it at {glue:text}`ch06_probe_echo_allmask:.1f`% and
-# still corrects a replaced token less often than it fills a `[MASK]`: for
-# it, trust in the input explains little of that gap.
+# still corrects a replaced token less often than it fills a `[MASK]`; an
+# echo rate that low is of the size of that gap, so this page does not say
+# how much of the gap, if any, trust in the input explains for it.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM head names the word "
