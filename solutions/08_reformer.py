@@ -28,7 +28,10 @@
 #    float32. *Fix*: **locality-sensitive hashing (LSH) attention**, where a
 #    query looks only at a few keys next to it once the positions are sorted
 #    by hash bucket: its own bucket's keys and, in the variant taught here,
-#    the keys of neighbouring buckets that share its chunk window.
+#    the keys of neighbouring buckets that share its chunk window. (Storing
+#    the matrix is a choice, not a necessity: exact attention computed block
+#    by block avoids it too, and we measure both below. What LSH attention
+#    saves over that is the computing of all $L^2$ scores.)
 # 2. **Activations stored for every one of $N$ layers.** Backpropagation keeps
 #    the input of every layer, so memory grows linearly with depth. *Fix*:
 #    **reversible residual layers** {cite}`gomez2017revnet`, whose inputs can
@@ -267,7 +270,9 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # rebuilds its inputs from its outputs, recomputes $F$ and $G$ on them with
 # autograd on, and backpropagates through that small graph. Activation
 # memory is that of one layer, whatever the depth. The price: $F$ and $G$ run
-# twice (about a third more compute), and the inversion is exact only up to
+# twice (about a third more arithmetic, by operation count: one more forward
+# pass on top of a forward and a backward; not a measured wall-clock factor),
+# and the inversion is exact only up to
 # floating-point rounding, which we measure. RevNet {cite}`gomez2017revnet`
 # splits the channels of its input into the two halves; the Reformer instead
 # feeds the same embedding to both streams (trax's `ReformerLM` duplicates
@@ -1320,15 +1325,14 @@ def bucket_attention(draw):
     then the same sort, chunked attention, unsort and combination (the graded pieces)."""
     def attend(attn: LSHSelfAttention, x: torch.Tensor) -> torch.Tensor:
         qk, v = heads(attn, attn.qk(x)), heads(attn, attn.v(x))            # (N, T, d_k)
-        N, T, dk = qk.shape
-        outs, lses = [], []
-        for bk in draw(attn.n_hashes, N, T):                                # (N, T) per round
+        rounds = []
+        for bk in draw(attn.n_hashes, *qk.shape[:2]):                       # (N, T) per round
             sidx, undo = sort_by_bucket(bk)
-            sq = qk.gather(1, sidx[..., None].expand(N, T, dk))
-            sv = v.gather(1, sidx[..., None].expand(N, T, dk))
-            out, lse = chunked_lsh_attention(sq, sv, sidx, attn.chunk_len, attn.causal)
-            outs.append(out.gather(1, undo[..., None].expand(N, T, dk)))
-            lses.append(lse.gather(1, undo))
+            out, lse = chunked_lsh_attention(torch.take_along_dim(qk, sidx[..., None], 1),
+                                             torch.take_along_dim(v, sidx[..., None], 1),
+                                             sidx, attn.chunk_len, attn.causal)
+            rounds.append((torch.take_along_dim(out, undo[..., None], 1), torch.take_along_dim(lse, undo, 1)))
+        outs, lses = zip(*rounds)                                           # back in position order
         return merge(attn, combine_hash_rounds(torch.stack(outs), torch.stack(lses)))
     return attend
 
