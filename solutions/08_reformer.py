@@ -970,8 +970,20 @@ for fixed in (False, True):
 # each with seed 0 on one thread; the claims check (`python -m course claims
 # 08`) runs each with seeds 0 to 4, on 1 and 2 threads, with this chapter's
 # solution and with an independent one: 20 runs, on which every conclusion
-# stated below is checked. With the same code, seed and threads a run
-# repeats bit for bit on one machine; times follow the machine's load.
+# stated below is checked. Each table shows this run's figures next to
+# their mean and range over the 20 runs and what changed them. What is
+# reproducible: the activation memory of the written-out and the fused
+# attention and of the depth experiment is the same in every run, bit for
+# bit; LSH attention's memory depends on how it is written (the two
+# solutions differ) and, by less than a percent, on the seed and the
+# thread count; the
+# approximation figures move with the seed and the solution, not with the
+# thread count; the duplication figures (a training run) move with the
+# seed, the thread count and the solution; CPU times move with everything,
+# the machine's load included. With the same code, seed, threads and
+# machine a run repeats bit for bit, times excepted. The page and the check
+# run on the CPU; on a GPU, which `pick_device` prefers for the duplication
+# task, the figures would differ again.
 #
 # ### Memory and time against length
 #
@@ -1069,12 +1081,18 @@ for L in LENGTHS:
 # {glue:text}`ch08_mem_lsh1_8192:.0f` MiB at 8192 instead of
 # {glue:text}`ch08_mem_lsh_8192:.0f`), so at short lengths full attention is
 # the cheaper one: LSH attention first wins at $L =$
-# {glue:text}`ch08_crossover` here.
+# {glue:text}`ch08_crossover` here. How much LSH attention keeps depends on
+# how it is written: the independent solution of the claims check keeps
+# more (the range of "LSH: MiB at 8192" in the table below), and with it LSH
+# first wins only at 8192. Both are linear in $L$, and at 8192 both keep
+# less than the written-out attention.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("full_quadratic", "The written-out attention's memory grows at least 3.5-fold from L = 4096 "
       "to 8192, LSH attention's at most 2.1-fold.",
       lambda g: g["ch08_full_growth"] >= 3.5 and g["ch08_lsh_growth"] <= 2.1)
+claim("lsh_below_full_8192", "At L = 8192 LSH attention keeps less memory than the written-out attention.",
+      lambda g: g["ch08_mem_lsh_8192"] < g["ch08_mem_full_8192"])
 
 # %% [markdown]
 # But the $L \times L$ matrix is a cost of writing attention out, not of
@@ -1106,7 +1124,12 @@ claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pa
 spread({"ch08_mem_full_8192": "full, written out: MiB at 8192", "ch08_mem_lsh_8192": "LSH: MiB at 8192",
         "ch08_mem_sdpa_8192": "fused (SDPA): MiB at 8192", "ch08_time_lsh_8192": "LSH: s at 8192",
         "ch08_time_sdpa_8192": "fused (SDPA): s at 8192", "ch08_time_full_4096": "full: s at 4096",
-        "ch08_time_lsh_4096": "LSH: s at 4096"}, digits=3)
+        "ch08_time_lsh_4096": "LSH: s at 4096", "ch08_full_growth": "full: growth 4096 to 8192",
+        "ch08_lsh_growth": "LSH: growth 4096 to 8192", "ch08_sdpa_growth": "fused: growth 4096 to 8192",
+        "ch08_mem_ratio_8192": "full / LSH memory at 8192", "ch08_mem_lsh1_8192": "LSH, 1 round: MiB at 8192",
+        "ch08_crossover": "LSH first smaller at L", "ch08_full_fits_upto": "full fits 128 MiB up to L",
+        "ch08_time_sdpa_over_lsh_8192": "time fused / LSH at 8192",
+        "ch08_time_full_over_lsh_4096": "time full / LSH at 4096"}, digits=3)
 
 # %% [markdown]
 # The benchmark `benchmarks/bench_08_lsh_memory.py` measures whole processes
@@ -1193,6 +1216,10 @@ plt.show()
 claim("reversible_flat", "Twelve reversible layers keep at most 1.05 times the activation memory of "
       "two; twelve standard layers at least four times.",
       lambda g: g["ch08_rev_12_over_2"] <= 1.05 and g["ch08_std_12_over_2"] >= 4)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({"ch08_std_per_layer": "standard: MiB per extra layer", "ch08_std_12_over_2": "standard: 12 / 2 layers",
+        "ch08_rev_12_over_2": "reversible: 12 / 2 layers"}, digits=3)
 
 # %% [markdown]
 # ### Chunked feed-forward, measured
@@ -1422,8 +1449,10 @@ print(f"full attention: {dup_run['ch08_dup_full']:.3f}")
 # | random buckets (control) | {glue:text}`ch08_dup_rand_1:.3f` | {glue:text}`ch08_dup_rand_2:.3f` | {glue:text}`ch08_dup_rand_4:.3f` | {glue:text}`ch08_dup_rand_8:.3f` |
 #
 # Full attention on the same model: {glue:text}`ch08_dup_full:.3f`. Chance
-# is $1/8 = 0.125$. As in the paper's Table 2, a model trained with few
-# rounds gets better when evaluated with more.
+# is $1/8 = 0.125$. After 250 steps the model is far from solving the task
+# (the paper's models copy almost perfectly): it predicts about half of the
+# symbols of the second $w$. As in the paper's Table 2, a model trained with
+# few rounds gets better when evaluated with more.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than with 1.",
@@ -1437,13 +1466,22 @@ claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than w
 # and more rounds cover more of it whatever the buckets. So the rise with
 # rounds is in good part coverage, not the hash finding the right key more
 # often; a test at the paper's $L = 1024$, where a window is a small part of
-# the sequence, would separate the two better.
+# the sequence, would separate the two better. Full attention is no upper
+# bound either: it is less accurate than LSH attention with one round. The
+# model was trained with LSH's windows and buckets, and full attention,
+# which shows every query all of its earlier keys, is a function it never
+# saw in training.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("hash_beats_random", "With 1, 2, 4 or 8 rounds, LSH buckets beat random buckets.",
       lambda g: all(g[f"ch08_dup_acc_{r}"] > g[f"ch08_dup_rand_{r}"] for r in (1, 2, 4, 8)))
-claim("random_climbs", "Random buckets gain at least 0.1 in accuracy from 1 to 8 rounds.",
-      lambda g: g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.1)
+claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 1 to 8 rounds, and at "
+      "least half as much as LSH buckets gain.",
+      lambda g: g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.05
+      and g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"]))
+claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH attention "
+      "with one round.",
+      lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_1"])
 
 # %% [markdown]
 # How much of this is seed 0? This run's figures, next to their mean and
@@ -1491,20 +1529,33 @@ for layer, tag in ((2, ""), (1, "l1_")):
 # bucket in {glue:text}`ch08_key_bucket_1:.3f` of cases with one round,
 # {glue:text}`ch08_key_bucket_2:.3f` with two, {glue:text}`ch08_key_bucket_4:.3f`
 # with four and {glue:text}`ch08_key_bucket_8:.3f` with eight (averaged over
-# 4 draws of the rotations), close to the $1 - (3/4)^r$ of independent random
-# buckets: 0.25, 0.44, 0.68, 0.90. In the first layer:
+# 4 draws of the rotations); independent random buckets would give
+# $1 - (3/4)^r$: 0.25, 0.44, 0.68, 0.90. In the first layer:
 # {glue:text}`ch08_key_bucket_l1_1:.3f` with one round and
-# {glue:text}`ch08_key_bucket_l1_8:.3f` with eight. So "each extra round is
-# one more chance for the query to share a bucket with the token it must
-# copy" is not what these counts show: hashing does not put that key with
-# the query much more often than chance, and in the variant taught here a
-# query reads every key of its window, bucket or not. Which keys the layers
+# {glue:text}`ch08_key_bucket_l1_8:.3f` with eight. How far above chance
+# depends on the trained model (the table below): with one round, in 8 of
+# 10 runs of each solution the second layer pairs the query with that key
+# more often than random buckets would, in the others about as often, and
+# in no run in more than 0.55 of cases. So hashing does carry the query
+# towards the key it must copy, but with one round it misses that key
+# about half of the time or more, and more rounds raise the rate as they
+# would for random buckets. In the variant taught here a query also reads
+# every key of its window, bucket or not, so these counts do not show that
+# the model reads the answer through a shared bucket. Which keys the layers
 # do pair, and what the model needs, is exercise 8.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("answer_key_near_chance", "In the second layer, the key holding the answer shares the query's "
-      "bucket within 0.1 of the rate of independent random buckets, for 1 to 8 rounds.",
-      lambda g: all(abs(g[f"ch08_key_bucket_{r}"] - (1 - 0.75 ** r)) <= 0.1 for r in (1, 2, 4, 8)))
+claim("answer_key_above_chance", "With one round, the second layer puts the key holding the answer in "
+      "the query's bucket more often than independent random buckets would (0.25), in at least 8 of 10 "
+      "runs of each solution.",
+      lambda g: g["ch08_key_bucket_1"] > 0.25, at_least=0.8)
+claim("answer_key_one_round", "With one round, the second layer puts the key holding the answer in the "
+      "query's bucket in at most 0.55 of cases.",
+      lambda g: g["ch08_key_bucket_1"] <= 0.55)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({**{f"ch08_key_bucket_{r}": f"layer 2, {r} round(s)" for r in ROUNDS},
+        "ch08_key_bucket_l1_1": "layer 1, 1 round", "ch08_key_bucket_l1_8": "layer 1, 8 rounds"}, digits=3)
 
 # %% [markdown]
 # ### Approximation error against rounds
@@ -1611,7 +1662,11 @@ claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the
 
 # %% tags=["skip-grading", "hide-input"]
 spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in ROUNDS},
-        "ch08_approx_err_b16_8": "error, 8 rounds, 16 buckets", "ch08_oracle_err": "oracle's error"}, digits=3)
+        "ch08_approx_err_b16_8": "error, 8 rounds, 16 buckets", "ch08_oracle_err": "oracle's error",
+        "ch08_own_cluster_mass": "full attention's weight on the own cluster",
+        "ch08_window_same_bucket": "window keys sharing the query's bucket",
+        "ch08_largest_bucket": "largest bucket (members)",
+        "ch08_mates_missed": "bucket members outside the window"}, digits=3)
 
 # %% [markdown]
 # ## Summary
