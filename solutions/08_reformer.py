@@ -975,13 +975,14 @@ for fixed in (False, True):
 # reproducible: the activation memory of the written-out and the fused
 # attention and of the depth experiment is the same in every run, bit for
 # bit; LSH attention's memory depends on how it is written (the two
-# solutions differ) and, by less than a percent, on the seed and the
-# thread count; the
+# solutions differ) and moves by less than a percent from run to run, even
+# with the same seed and threads (this page's run and the check's); the
 # approximation figures move with the seed and the solution, not with the
 # thread count; the duplication figures (a training run) move with the
 # seed, the thread count and the solution; CPU times move with everything,
 # the machine's load included. With the same code, seed, threads and
-# machine a run repeats bit for bit, times excepted. The page and the check
+# machine a run repeats bit for bit, except the times and LSH attention's
+# memory. The page and the check
 # run on the CPU; on a GPU, which `pick_device` prefers for the duplication
 # task, the figures would differ again.
 #
