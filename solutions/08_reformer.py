@@ -984,7 +984,11 @@ for fixed in (False, True):
 # machine a run repeats bit for bit, except the times and LSH attention's
 # memory. The page and the check
 # run on the CPU; on a GPU, which `pick_device` prefers for the duplication
-# task, the figures would differ again.
+# task, the figures would differ again. The figures of the sections before
+# this one (the three problems, the checks) come from this page's run
+# alone, not from the claims check: their memory counts are exact, while
+# their rounding errors (inversion, gradient differences) may change in
+# the last digits with the thread count or the machine.
 #
 # ### Memory and time against length
 #
