@@ -377,7 +377,8 @@ for D, nb in ((16, 4), (64, 16), (64, 32)):
     changed = []
     for _ in range(5):
         Rg = torch.randn(1, D, nb // 2, generator=g)
-        changed.append((lsh_hash(xs, Rg) != lsh_hash(xs, F.normalize(Rg, dim=1))).float().mean().item())
+        unit = F.normalize(Rg, dim=1)                                      # same columns, length 1
+        changed.append((lsh_hash(xs, Rg) != lsh_hash(xs, unit)).float().mean().item())
     share = 100 * sum(changed) / len(changed)
     print(f"D = {D}, {nb} buckets: {share:.1f}% of vectors change bucket")
     glue(f"ch08_gauss_vs_unit_{D}_{nb}", share)
@@ -1588,8 +1589,9 @@ gen = torch.Generator().manual_seed(EVAL_SEED)
 seq = duplication_batch(512, gen).to(device)
 answer, other = [], []
 for _ in range(N_DRAWS):
-    b = layer_buckets(model, seq, 1, torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen))[0].cpu()
-    same = b[:, W_LEN + 1:2 * W_LEN + 1, None] == b[:, None, 1:W_LEN + 1]  # (n*H, query, key of first w)
+    rot = torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen)
+    b = layer_buckets(model, seq, 1, rot)[0].cpu()                        # (n*H, T), one round
+    same = b[:, W_LEN + 1:2 * W_LEN + 1, None] == b[:, None, 1:W_LEN + 1]  # (n*H, query, key)
     diag = torch.eye(W_LEN, dtype=torch.bool)
     answer.append(same[:, diag].float().mean().item())
     other.append(same[:, ~diag].float().mean().item())
