@@ -876,7 +876,8 @@ gap = max((a - b).abs().max().item() for a, b in zip(grads_rev, grads_auto))
 print(f"largest gradient difference, reversible vs autograd: {gap:.2e}")
 
 
-def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64, scale: float = 1.0) -> float:
+def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64,
+                    scale: float = 1.0) -> float:
     """Largest |x - inverse(forward(x))| through n_layers reversible blocks of width d, every
     weight multiplied by `scale` after PyTorch's default initialisation (seed 0)."""
     seed_everything(0)
@@ -1051,7 +1052,8 @@ from attnkit.cputime import cpu_time_call
 
 BUDGET = 128
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
-TIMED = {"full": [1024, 2048, 4096], "lsh": [1024, 2048, 4096, 8192], "sdpa": [1024, 2048, 4096, 8192]}
+TIMED = {"full": [1024, 2048, 4096], "lsh": [1024, 2048, 4096, 8192],
+         "sdpa": [1024, 2048, 4096, 8192]}
 
 
 def sdpa_attention(qk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -1078,17 +1080,22 @@ def lengths(seed: int = 0, threads: int = 1) -> dict:
         for name, fn in runs.items():
             out[f"ch08_mem_{name}_{L}"] = saved_bytes(fn) / MiB
             if L in TIMED[name]:
-                out[f"ch08_time_{name}_{L}"] = cpu_time_call(lambda: fn().sum().backward(), repeat=1)
+                out[f"ch08_time_{name}_{L}"] = cpu_time_call(lambda: fn().sum().backward(),
+                                                              repeat=1)
     out["ch08_mem_lsh1_8192"] = saved_bytes(lambda: lsh_attention(qk, v, rot[:1], 64)) / MiB
     full, lsh = (out[f"ch08_mem_{n}_8192"] for n in ("full", "lsh"))
     out.update({"ch08_mem_ratio_8192": full / lsh,
                 "ch08_full_growth": full / out["ch08_mem_full_4096"],
                 "ch08_lsh_growth": lsh / out["ch08_mem_lsh_4096"],
                 "ch08_sdpa_growth": out["ch08_mem_sdpa_8192"] / out["ch08_mem_sdpa_4096"],
-                "ch08_crossover": min(L for L in LENGTHS if out[f"ch08_mem_full_{L}"] > out[f"ch08_mem_lsh_{L}"]),
-                "ch08_full_fits_upto": max(L for L in LENGTHS if out[f"ch08_mem_full_{L}"] <= BUDGET),
-                "ch08_time_sdpa_over_lsh_8192": out["ch08_time_sdpa_8192"] / out["ch08_time_lsh_8192"],
-                "ch08_time_full_over_lsh_4096": out["ch08_time_full_4096"] / out["ch08_time_lsh_4096"]})
+                "ch08_crossover": min(L for L in LENGTHS
+                                      if out[f"ch08_mem_full_{L}"] > out[f"ch08_mem_lsh_{L}"]),
+                "ch08_full_fits_upto": max(L for L in LENGTHS
+                                           if out[f"ch08_mem_full_{L}"] <= BUDGET),
+                "ch08_time_sdpa_over_lsh_8192": (out["ch08_time_sdpa_8192"]
+                                                 / out["ch08_time_lsh_8192"]),
+                "ch08_time_full_over_lsh_4096": (out["ch08_time_full_4096"]
+                                                 / out["ch08_time_lsh_4096"])})
     return out
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1098,7 +1105,8 @@ for name, label, style in (("full", "full attention, written out", "o-"),
                            ("lsh", "LSH attention (4 rounds, chunks of 64)", "s-"),
                            ("sdpa", "exact, fused kernel (SDPA)", "^-")):
     axes[0].loglog(LENGTHS, [len_run[f"ch08_mem_{name}_{L}"] for L in LENGTHS], style, label=label)
-    axes[1].loglog(TIMED[name], [len_run[f"ch08_time_{name}_{L}"] for L in TIMED[name]], style, label=label)
+    axes[1].loglog(TIMED[name], [len_run[f"ch08_time_{name}_{L}"] for L in TIMED[name]],
+                   style, label=label)
 axes[0].axhline(BUDGET, color="r", ls="--", lw=1, label=f"budget {BUDGET} MiB")
 axes[0].set(xlabel="sequence length L", ylabel="activation memory (MiB)")
 axes[1].set(xlabel="sequence length L", ylabel="forward + backward (CPU s)")
@@ -1106,9 +1114,10 @@ axes[0].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
 for L in LENGTHS:
-    print(f"L={L:5d}: " + "  ".join(f"{n} {len_run[f'ch08_mem_{n}_{L}']:7.2f} MiB"
-                                     + (f" {len_run[f'ch08_time_{n}_{L}']:6.3f} s" if L in TIMED[n] else "")
-                                     for n in ("full", "lsh", "sdpa")))
+    print(f"L={L:5d}: " + "  ".join(
+        f"{n} {len_run[f'ch08_mem_{n}_{L}']:7.2f} MiB"
+        + (f" {len_run[f'ch08_time_{n}_{L}']:6.3f} s" if L in TIMED[n] else "")
+        for n in ("full", "lsh", "sdpa")))
 
 # %% [markdown]
 # Full attention written out grows about fourfold in memory with each
@@ -1134,9 +1143,10 @@ for L in LENGTHS:
 claim("full_quadratic", "The written-out attention's memory grows at least 3.5-fold from L = 4096 "
       "to 8192, LSH attention's at most 2.1-fold.",
       lambda g: g["ch08_full_growth"] >= 3.5 and g["ch08_lsh_growth"] <= 2.1)
-claim("lsh_below_full_8192", "LSH attention first keeps less memory than the written-out attention at "
-      "L = 4096 or 8192, and at 8192 it keeps less.",
-      lambda g: g["ch08_crossover"] in (4096, 8192) and g["ch08_mem_lsh_8192"] < g["ch08_mem_full_8192"])
+claim("lsh_below_full_8192", "LSH attention first keeps less memory than the written-out attention "
+      "at L = 4096 or 8192, and at 8192 it keeps less.",
+      lambda g: (g["ch08_crossover"] in (4096, 8192)
+                 and g["ch08_mem_lsh_8192"] < g["ch08_mem_full_8192"]))
 
 # %% [markdown]
 # But the $L \times L$ matrix is a cost of writing attention out, not of
@@ -1156,22 +1166,26 @@ claim("lsh_below_full_8192", "LSH attention first keeps less memory than the wri
 # is against an attention that stores them.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("fused_beats_lsh_memory", "Exact attention through the fused kernel keeps less memory than LSH "
-      "attention at every length.",
+claim("fused_beats_lsh_memory", "Exact attention through the fused kernel keeps less memory than "
+      "LSH attention at every length.",
       lambda g: all(g[f"ch08_mem_sdpa_{L}"] < g[f"ch08_mem_lsh_{L}"]
                     for L in (256, 512, 1024, 2048, 4096, 8192)))
-claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pass is faster than the "
-      "fused kernel's, and at 4096 faster than the written-out attention's.",
+claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pass is faster than "
+      "the fused kernel's, and at 4096 faster than the written-out attention's.",
       lambda g: g["ch08_time_sdpa_over_lsh_8192"] > 1 and g["ch08_time_full_over_lsh_4096"] > 1)
 
 # %% tags=["skip-grading", "hide-input"]
-spread({"ch08_mem_full_8192": "full, written out: MiB at 8192", "ch08_mem_lsh_8192": "LSH: MiB at 8192",
+spread({"ch08_mem_full_8192": "full, written out: MiB at 8192",
+        "ch08_mem_lsh_8192": "LSH: MiB at 8192",
         "ch08_mem_sdpa_8192": "fused (SDPA): MiB at 8192", "ch08_time_lsh_8192": "LSH: s at 8192",
         "ch08_time_sdpa_8192": "fused (SDPA): s at 8192", "ch08_time_full_4096": "full: s at 4096",
         "ch08_time_lsh_4096": "LSH: s at 4096", "ch08_full_growth": "full: growth 4096 to 8192",
-        "ch08_lsh_growth": "LSH: growth 4096 to 8192", "ch08_sdpa_growth": "fused: growth 4096 to 8192",
-        "ch08_mem_ratio_8192": "full / LSH memory at 8192", "ch08_mem_lsh1_8192": "LSH, 1 round: MiB at 8192",
-        "ch08_crossover": "LSH first smaller at L", "ch08_full_fits_upto": "full fits 128 MiB up to L",
+        "ch08_lsh_growth": "LSH: growth 4096 to 8192",
+        "ch08_sdpa_growth": "fused: growth 4096 to 8192",
+        "ch08_mem_ratio_8192": "full / LSH memory at 8192",
+        "ch08_mem_lsh1_8192": "LSH, 1 round: MiB at 8192",
+        "ch08_crossover": "LSH first smaller at L",
+        "ch08_full_fits_upto": "full fits 128 MiB up to L",
         "ch08_time_sdpa_over_lsh_8192": "time fused / LSH at 8192",
         "ch08_time_full_over_lsh_4096": "time full / LSH at 4096"}, digits=3)
 
@@ -1225,7 +1239,8 @@ def depth(seed: int = 0, threads: int = 1) -> dict:
         rev = ReversibleStack([ReversibleBlock(f, g) for f, g in layers])
         mem_std.append(saved_bytes(lambda: standard_forward(layers, h1, h2), exclude=params) / MiB)
         mem_rev.append(saved_bytes(lambda: rev(h1, h2), exclude=params) / MiB)
-    return {"ch08_rev_12_over_2": mem_rev[-1] / mem_rev[0], "ch08_std_12_over_2": mem_std[-1] / mem_std[0],
+    return {"ch08_rev_12_over_2": mem_rev[-1] / mem_rev[0],
+            "ch08_std_12_over_2": mem_std[-1] / mem_std[0],
             "ch08_std_per_layer": (mem_std[-1] - mem_std[0]) / (DEPTHS[-1] - DEPTHS[0]),
             "mem_std": mem_std, "mem_rev": mem_rev}
 
@@ -1257,12 +1272,13 @@ plt.show()
 # CPU time of whole processes, backward pass included, for up to 24 layers.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("reversible_flat", "Twelve reversible layers keep at most 1.05 times the activation memory of "
-      "two; twelve standard layers at least four times.",
+claim("reversible_flat", "Twelve reversible layers keep at most 1.05 times the activation memory "
+      "of two; twelve standard layers at least four times.",
       lambda g: g["ch08_rev_12_over_2"] <= 1.05 and g["ch08_std_12_over_2"] >= 4)
 
 # %% tags=["skip-grading", "hide-input"]
-spread({"ch08_std_per_layer": "standard: MiB per extra layer", "ch08_std_12_over_2": "standard: 12 / 2 layers",
+spread({"ch08_std_per_layer": "standard: MiB per extra layer",
+        "ch08_std_12_over_2": "standard: 12 / 2 layers",
         "ch08_rev_12_over_2": "reversible: 12 / 2 layers"}, digits=3)
 
 # %% [markdown]
@@ -1285,7 +1301,8 @@ with torch.no_grad():
 xg = xw.clone().requires_grad_()
 ff_params = list(ffw.parameters())
 glue("ch08_ff_saved_whole", saved_bytes(lambda: ffw(xg), exclude=ff_params) / MiB)
-_ = glue("ch08_ff_saved_chunk16", saved_bytes(lambda: chunked_feed_forward(ffw, xg, 16), exclude=ff_params) / MiB)
+_ = glue("ch08_ff_saved_chunk16",
+         saved_bytes(lambda: chunked_feed_forward(ffw, xg, 16), exclude=ff_params) / MiB)
 
 # %% [markdown]
 # Whole, the hidden activation takes {glue:text}`ch08_ff_whole:.2f` MiB; in 16
@@ -1406,7 +1423,8 @@ def bucket_attention(draw):
             out, lse = chunked_lsh_attention(torch.take_along_dim(qk, sidx[..., None], 1),
                                              torch.take_along_dim(v, sidx[..., None], 1),
                                              sidx, attn.chunk_len, attn.causal)
-            rounds.append((torch.take_along_dim(out, undo[..., None], 1), torch.take_along_dim(lse, undo, 1)))
+            rounds.append((torch.take_along_dim(out, undo[..., None], 1),
+                           torch.take_along_dim(lse, undo, 1)))
         outs, lses = zip(*rounds)                                           # back in position order
         return merge(attn, combine_hash_rounds(torch.stack(outs), torch.stack(lses)))
     return attend
@@ -1414,7 +1432,8 @@ def bucket_attention(draw):
 
 def full_attention(attn: LSHSelfAttention, x: torch.Tensor) -> torch.Tensor:
     """attend(attn, x) by full causal shared-QK attention: every earlier key, no buckets."""
-    return merge(attn, full_shared_qk_attention(heads(attn, attn.qk(x)), heads(attn, attn.v(x)), True))
+    return merge(attn, full_shared_qk_attention(heads(attn, attn.qk(x)), heads(attn, attn.v(x)),
+                                                True))
 
 
 @torch.no_grad()
@@ -1429,7 +1448,8 @@ def dup_accuracy(model: DupLM, n_hashes: int, attend=None, n: int = 512) -> floa
 
 
 @torch.no_grad()
-def layer_buckets(model: DupLM, seq: torch.Tensor, layer: int, rotations: torch.Tensor) -> torch.Tensor:
+def layer_buckets(model: DupLM, seq: torch.Tensor, layer: int,
+                  rotations: torch.Tensor) -> torch.Tensor:
     """Buckets (n_rounds, n * heads, T) of the shared QK of `layer` (through its `qk`)."""
     attn = model.attns[layer]
     qk = heads(attn, attn.qk(model.norms[2 * layer](model.hidden(seq, layer))))   # (n*H, T, d_k)
@@ -1451,7 +1471,8 @@ def key_sharing(model: DupLM) -> dict:
                for _ in range(N_DRAWS)]                                   # each (8, 512*H, T)
         for r in ROUNDS:
             out[f"ch08_key_bucket_{tag}{r}"] = sum(
-                (b[:r, :, W_LEN + 1:2 * W_LEN + 1] == b[:r, :, 1:W_LEN + 1]).any(0).float().mean().item()
+                (b[:r, :, W_LEN + 1:2 * W_LEN + 1] == b[:r, :, 1:W_LEN + 1])
+                .any(0).float().mean().item()
                 for b in bks) / N_DRAWS
     return out
 
@@ -1471,11 +1492,14 @@ def duplication(seed: int = 0, threads: int = 1) -> dict:
                                seq[:, W_LEN + 2:].reshape(-1))
 
     start = time.perf_counter()
-    losses = train(model, dup_loss, TrainConfig(steps=DUP_STEPS, lr=3e-3, desc="duplication (LSH, 2 rounds)"))
+    losses = train(model, dup_loss,
+                   TrainConfig(steps=DUP_STEPS, lr=3e-3, desc="duplication (LSH, 2 rounds)"))
     seconds = time.perf_counter() - start
     rand = torch.Generator().manual_seed(EVAL_SEED)
-    random_buckets = bucket_attention(lambda n, N, T: torch.randint(4, (n, N, T), generator=rand).to(device))
-    out = {"ch08_dup_loss": sum(losses[-20:]) / 20, "ch08_dup_full": dup_accuracy(model, 1, full_attention)}
+    random_buckets = bucket_attention(
+        lambda n, N, T: torch.randint(4, (n, N, T), generator=rand).to(device))
+    out = {"ch08_dup_loss": sum(losses[-20:]) / 20,
+           "ch08_dup_full": dup_accuracy(model, 1, full_attention)}
     for r in ROUNDS:
         out[f"ch08_dup_acc_{r}"] = dup_accuracy(model, r)
         out[f"ch08_dup_rand_{r}"] = dup_accuracy(model, r, random_buckets)
@@ -1529,12 +1553,13 @@ claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than w
 # %% tags=["skip-grading", "hide-input"]
 claim("hash_beats_random", "With 1, 2, 4 or 8 rounds, LSH buckets beat random buckets.",
       lambda g: all(g[f"ch08_dup_acc_{r}"] > g[f"ch08_dup_rand_{r}"] for r in (1, 2, 4, 8)))
-claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 1 to 8 rounds, and at "
-      "least half as much as LSH buckets gain.",
+claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 1 to 8 rounds, and "
+      "at least half as much as LSH buckets gain.",
       lambda g: g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.05
-      and g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"]))
-claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH attention "
-      "with one round.",
+      and (g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"]
+           >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"])))
+claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH "
+      "attention with one round.",
       lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_1"])
 
 # %% [markdown]
@@ -1543,7 +1568,8 @@ claim("full_below_lsh", "On the LSH-trained model, full attention is less accura
 # solution change them at all. 250 steps is not convergence.
 
 # %% tags=["skip-grading", "hide-input"]
-spread({"ch08_dup_loss": "final training loss", **{f"ch08_dup_acc_{r}": f"LSH, {r} round(s)" for r in ROUNDS},
+spread({"ch08_dup_loss": "final training loss",
+        **{f"ch08_dup_acc_{r}": f"LSH, {r} round(s)" for r in ROUNDS},
         **{f"ch08_dup_rand_{r}": f"random buckets, {r} round(s)" for r in ROUNDS},
         "ch08_dup_full": "full attention"}, digits=3)
 
@@ -1559,7 +1585,8 @@ spread({"ch08_dup_loss": "final training loss", **{f"ch08_dup_acc_{r}": f"LSH, {
 model = dup_run["model"]
 gen = torch.Generator().manual_seed(EVAL_SEED)
 seq = duplication_batch(1, gen).to(device)
-bk = layer_buckets(model, seq, 1, torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen)).cpu()
+bk = layer_buckets(model, seq, 1,
+                   torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen)).cpu()
 fig, axes = plt.subplots(2, 1, figsize=(8, 2.6), sharex=True)
 order, _ = sort_by_bucket(bk[0, 0])
 for ax, vals, title in ((axes[0], bk[0, 0], "layer 2, head 0: buckets of 0 w 0 w in order"),
@@ -1631,17 +1658,18 @@ _ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
 # do pair, and what the model needs, is exercise 8.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("answer_key_above_chance", "With one round, the second layer puts the key holding the answer in "
-      "the query's bucket more often than independent random buckets would (0.25), in at least 8 of 10 "
-      "runs of each solution.",
+claim("answer_key_above_chance", "With one round, the second layer puts the key holding the answer "
+      "in the query's bucket more often than independent random buckets would (0.25), in at least "
+      "8 of 10 runs of each solution.",
       lambda g: g["ch08_key_bucket_1"] > 0.25, at_least=0.8)
-claim("answer_key_one_round", "With one round, the second layer puts the key holding the answer in the "
-      "query's bucket in at most 0.55 of cases.",
+claim("answer_key_one_round", "With one round, the second layer puts the key holding the answer in "
+      "the query's bucket in at most 0.55 of cases.",
       lambda g: g["ch08_key_bucket_1"] <= 0.55)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({**{f"ch08_key_bucket_{r}": f"layer 2, {r} round(s)" for r in ROUNDS},
-        "ch08_key_bucket_l1_1": "layer 1, 1 round", "ch08_key_bucket_l1_8": "layer 1, 8 rounds"}, digits=3)
+        "ch08_key_bucket_l1_1": "layer 1, 1 round",
+        "ch08_key_bucket_l1_8": "layer 1, 8 rounds"}, digits=3)
 
 # %% [markdown]
 # ### Approximation error against rounds
@@ -1681,7 +1709,7 @@ def approximation(seed: int = 0, threads: int = 1) -> dict:
                 for bk in lsh_hash(qk, rot)[:, 0]:                                # (512,) per round
                     sizes = torch.bincount(bk, minlength=32)                      # (32,)
                     largest = max(largest, int(sizes.max()))
-                    sb = bk[sort_by_bucket(bk)[0]].reshape(8, 64)                 # (chunks, m) sorted
+                    sb = bk[sort_by_bucket(bk)[0]].reshape(8, 64)   # (chunks, m) sorted
                     keys = torch.cat([sb, sb.roll(1, 0)], dim=1)                  # (chunks, 2m)
                     mates = (keys[:, None, :] == sb[:, :, None]).float()          # (chunks, m, 2m)
                     same_in_window.append(mates.mean().item())
@@ -1693,7 +1721,8 @@ def approximation(seed: int = 0, threads: int = 1) -> dict:
     oracle = scores.masked_fill(same == 0, float("-inf")).softmax(-1) @ v[0]  # (512, 64)
     return {**out, "ch08_own_cluster_mass": (scores.softmax(-1) * same).sum(-1).mean().item(),
             "ch08_oracle_err": ((oracle - full[0]).norm() / full.norm()).item(),
-            "ch08_largest_bucket": largest, "ch08_mates_missed": sum(mates_missed) / len(mates_missed),
+            "ch08_largest_bucket": largest,
+            "ch08_mates_missed": sum(mates_missed) / len(mates_missed),
             "ch08_window_same_bucket": sum(same_in_window) / len(same_in_window)}
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1701,8 +1730,10 @@ approx_run = approximation(seed=0, threads=1)
 for r in ROUNDS:
     print(f"{r} round(s): relative error {approx_run[f'ch08_approx_err_{r}']:.3f} (32 buckets), "
           f"{approx_run[f'ch08_approx_err_b16_{r}']:.3f} (16 buckets)")
-print(f"full attention's weight on the query's own cluster: {approx_run['ch08_own_cluster_mass']:.3f}")
-print(f"oracle (attend exactly to the own cluster): relative error {approx_run['ch08_oracle_err']:.3f}")
+print(f"full attention's weight on the query's own cluster: "
+      f"{approx_run['ch08_own_cluster_mass']:.3f}")
+print(f"oracle (attend exactly to the own cluster): relative error "
+      f"{approx_run['ch08_oracle_err']:.3f}")
 print(f"largest bucket: {approx_run['ch08_largest_bucket']} members (chunks of 64); "
       f"keys in a query's window sharing its bucket: {approx_run['ch08_window_same_bucket']:.3f}")
 print(f"members of a query's bucket outside its window (mean over queries): "
@@ -1743,8 +1774,8 @@ claim("error_falls", "The approximation error falls with every doubling of the r
 # outside its window of two chunks.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the oracle's; with the "
-      "paper's 16 buckets it is within 0.03 of it.",
+claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the oracle's; with "
+      "the paper's 16 buckets it is within 0.03 of it.",
       lambda g: g["ch08_approx_err_8"] < g["ch08_oracle_err"]
       and abs(g["ch08_approx_err_b16_8"] - g["ch08_oracle_err"]) <= 0.03)
 
