@@ -1638,7 +1638,11 @@ _ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
 # first $w$ that does not hold the answer shares the query's bucket in
 # {glue:text}`ch08_key_bucket_other_page_1:.3f` of cases, the answer key in
 # {glue:text}`ch08_key_bucket_answer_page_1:.3f` (same draws, other draws
-# than the count above). Keys that hold no answer also share the query's
+# than the count above). The two sets of draws on the same model give the
+# answer key {glue:text}`ch08_key_bucket_1:.3f` and
+# {glue:text}`ch08_key_bucket_answer_page_1:.3f`: the draws alone move this
+# rate, so a margin over other keys of that size is within the noise of this
+# one-model control. Keys that hold no answer also share the query's
 # bucket more often than 0.25 here, likely because buckets of unequal size
 # raise every pair's rate; so $1 - (3/4)^r$ understates the chance level, and the margin
 # of the answer key over it overstates what the hash adds. In the first layer:
@@ -1646,8 +1650,9 @@ _ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
 # {glue:text}`ch08_key_bucket_l1_8:.3f` with eight. How far above $0.25$
 # depends on the trained model (the table below): with one round, in 8 of
 # 10 runs of each solution the second layer pairs the query with that key
-# more often than independent uniform buckets would, in the others about as
-# often, and in no run in more than 0.55 of cases. So hashing likely
+# more often than independent uniform buckets would, in the others less
+# often (so, by the control, likely below the chance level), and in no run
+# in more than 0.55 of cases. So hashing likely
 # carries the query somewhat towards the key it must copy (the control
 # against other keys is measured on this page's model only), but with one
 # round it misses that key
