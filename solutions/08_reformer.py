@@ -18,7 +18,7 @@
 # ## Motivation
 #
 # The Transformer of chapter 3 is quadratic in its input length and linear in
-# its depth, and both show up first as *memory*, not time. The Reformer
+# its depth, and both show up in its training *memory* as well as its time. The Reformer
 # {cite}`kitaev2020` names three places where a Transformer spends memory, and
 # fixes each with one idea:
 #
@@ -28,7 +28,10 @@
 #    float32. *Fix*: **locality-sensitive hashing (LSH) attention**, where a
 #    query looks only at a few keys next to it once the positions are sorted
 #    by hash bucket: its own bucket's keys and, in the variant taught here,
-#    the keys of neighbouring buckets that share its chunk window.
+#    the keys of neighbouring buckets that share its chunk window. (Storing
+#    the matrix is a choice, not a necessity: exact attention computed block
+#    by block avoids it too, and we measure both below. What LSH attention
+#    saves over that is the computing of all $L^2$ scores.)
 # 2. **Activations stored for every one of $N$ layers.** Backpropagation keeps
 #    the input of every layer, so memory grows linearly with depth. *Fix*:
 #    **reversible residual layers** {cite}`gomez2017revnet`, whose inputs can
@@ -36,16 +39,27 @@
 # 3. **The wide feed-forward layer.** Its hidden activation is $d_{ff}$ wide
 #    (four times $d_{model}$ or more) for every position at once. *Fix*:
 #    **chunking**: run the position-wise feed-forward on a few positions at a
-#    time.
+#    time. (The paper and the lecture call $d_{ff}$ the "depth" of the
+#    feed-forward layers; it is the width of its hidden layer.)
 #
+# The paper's Introduction makes the point with a calculation: the 0.5B
+# parameters of the largest reported layer take 2 GB and the input activations
+# of 64K tokens of width 1K in a batch of 8 another 2 GB, so if memory were
+# only per layer, a large model would fit on one accelerator even at length
+# 64K. What breaks that budget is the three problems above: activations stored for
+# each of $N$ layers, the $d_{ff}$-wide hidden layer, and the
+# $64\text{K} \times 64\text{K}$ attention scores (16 GB in 32-bit floats
+# for one head of one sequence, the paper's Section 2).
 # We measure each of the three problems below, then build the three fixes,
 # check them against brute-force references, and measure again.
 #
 # Memory is measured with torch's own tool, `torch.autograd.graph.saved_tensors_hooks`,
 # wrapped by `attnkit.timing.saved_bytes`: it adds up the bytes of every
 # tensor autograd saves for the backward pass (each storage once). That is the
-# activation memory of training, it is exact and the same on CPU and GPU, and
-# it does not depend on how busy the machine is. For the largest single
+# activation memory of training, it is exact for the kernels that run, and
+# it does not depend on how busy the machine is (another device may pick
+# other kernels, which save other tensors: PyTorch's fused attention saves
+# less than its plain path, for example). For the largest single
 # tensor of a forward pass we record the size of every tensor an operation
 # produces (a `TorchDispatchMode`). Peak memory of whole processes, measured
 # with the operating system, is in the benchmark scripts
@@ -175,12 +189,23 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 #
 # This is the angular LSH of Andoni et al. {cite}`andoni2015lsh` in the
 # cross-polytope style the Reformer uses: the bucket is the index of the
-# nearest of the $b$ directions $\pm r_1, \dots, \pm r_{b/2}$ (the columns of
-# $R$ and their negatives), not the sign pattern of random hyperplanes
-# (SimHash). Two vectors at a small angle usually have the same nearest
-# direction and so share a bucket with high probability; vectors pointing
-# apart rarely do.
-# Scaling $x$ does not change its bucket. We hash $n_r$ *rounds* with
+# direction among $\pm r_1, \dots, \pm r_{b/2}$ (the columns of $R$ and
+# their negatives) with the largest $x \cdot r$, not the sign pattern of
+# random hyperplanes (SimHash). For a true rotation, columns of equal length,
+# that is the *nearest* direction; with Gaussian columns, as here and in
+# trax and Hugging Face, the bucket maximises $\lVert r_j\rVert \cos\theta_j$,
+# so a longer column can win over one at a smaller angle. Below we measure
+# how many random vectors change bucket when the same columns are scaled to
+# unit length: {glue:text}`ch08_gauss_vs_unit_16_4:.0f`% with $D = 16$ and
+# 4 buckets (the trained model's heads),
+# {glue:text}`ch08_gauss_vs_unit_64_16:.0f`% and
+# {glue:text}`ch08_gauss_vs_unit_64_32:.0f`% with $D = 64$ and 16 or 32
+# buckets (the approximation experiment): more with more buckets, and not
+# the principle. Two vectors at a small
+# angle usually pick the same direction and so share a bucket with high
+# probability; vectors pointing apart rarely do.
+# Scaling $x$ by a positive factor does not change its bucket; $-x$ lands in
+# the opposite one. We hash $n_r$ *rounds* with
 # independent matrices $R^{(1)}, \dots, R^{(n_r)}$.
 #
 # ### Shared-QK attention
@@ -188,12 +213,18 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # For a query and a key to share a bucket they must be hashed by the same
 # function, and the Reformer goes one step further: queries and keys are the
 # *same* projection, with the keys unit-normalised,
-# $k_j = q_j / \lVert q_j \rVert$, and scores $q_i \cdot k_j / \sqrt{D}$.
+# $k_j = q_j / \lVert q_j \rVert$, and scores $q_i \cdot k_j / \sqrt{D}$,
+# a literal reading of the paper. (Trax and Hugging Face score
+# $q_i \cdot k_j$ with a unit key and no further $1/\sqrt{D}$: their
+# softmax is $\sqrt{D}$ times sharper than ours for the same projection.)
 # Then $q_i \cdot k_i$ is the largest score a query could give (its own
 # direction): its own key would always get the highest score. The Reformer
 # masks it. Trax subtracts $10^5$ from the own score; this chapter *sets* the
-# own score to $-10^5$ (not $-\infty$), so it is used only when nothing else
-# is available (the first token of a causal sequence).
+# own score to $-10^5$ (not $-\infty$), so it counts only when nothing else
+# is available: the first token of a causal sequence, or a query whose
+# window holds no earlier key (we do not count how often that happens in
+# the experiment below). In float16, $-10^5$ overflows; Hugging Face uses
+# $-10^3$ there.
 #
 # ### Sort, chunk, look back
 #
@@ -250,7 +281,9 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # rebuilds its inputs from its outputs, recomputes $F$ and $G$ on them with
 # autograd on, and backpropagates through that small graph. Activation
 # memory is that of one layer, whatever the depth. The price: $F$ and $G$ run
-# twice (about a third more compute), and the inversion is exact only up to
+# twice (about a third more arithmetic, by operation count: one more forward
+# pass on top of a forward and a backward; not a measured wall-clock factor),
+# and the inversion is exact only up to
 # floating-point rounding, which we measure. RevNet {cite}`gomez2017revnet`
 # splits the channels of its input into the two halves; the Reformer instead
 # feeds the same embedding to both streams (trax's `ReformerLM` duplicates
@@ -262,9 +295,17 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # functions* in the backward pass as in the forward. LSH attention draws
 # random rotations and dropout draws random masks; if the recomputation
 # draws new ones, the rebuilt inputs and the gradients are wrong (we measure
-# how wrong in the Check). Trax keeps the random state of its hashing in the
-# layer's state and reuses it on the recompute; dropout needs the same (its
-# random seed kept and reused). This chapter's sub-layers have no dropout.
+# how wrong in the Check). Trax and Hugging Face *store the bucket
+# assignments* of the forward pass and reuse them on the recompute (trax's
+# `LSHSelfAttention` keeps `(buckets, rng)` as its state; Hugging Face passes
+# the buckets to its backward pass), and keep a seed for dropout. This
+# chapter's `FixedRotations` below keeps the *rotations* instead and
+# re-hashes the rebuilt input. That is exact only if the rebuilt input hashes
+# to the same buckets: an inversion error of $10^{-6}$ can move a vector
+# across a bucket boundary and change the recomputed function. Storing the
+# buckets costs $n_r L$ integers per layer, head and sequence and removes that risk; re-hashing
+# is what our small check gets away with. This chapter's sub-layers have no
+# dropout.
 #
 # ### Chunked feed-forward
 #
@@ -324,6 +365,23 @@ ax.set_ylabel("P(same bucket)")
 ax.legend()
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# Gaussian columns against the same columns scaled to unit length: the share
+# of 20,000 random vectors whose bucket changes, averaged over 5 draws of $R$.
+
+# %% tags=["skip-grading", "hide-input"]
+g = seed_everything(3)
+for D, nb in ((16, 4), (64, 16), (64, 32)):
+    xs = torch.randn(1, 20000, D, generator=g)
+    changed = []
+    for _ in range(5):
+        Rg = torch.randn(1, D, nb // 2, generator=g)
+        unit = F.normalize(Rg, dim=1)                                      # same columns, length 1
+        changed.append((lsh_hash(xs, Rg) != lsh_hash(xs, unit)).float().mean().item())
+    share = 100 * sum(changed) / len(changed)
+    print(f"D = {D}, {nb} buckets: {share:.1f}% of vectors change bucket")
+    glue(f"ch08_gauss_vs_unit_{D}_{nb}", share)
 
 # %% [markdown]
 # ### Sorting by bucket
@@ -454,8 +512,16 @@ print(combine_hash_rounds(outs, torch.tensor([[[0.0]], [[math.log(3)]]])))  # 0.
 # ### LSH attention, composed
 #
 # Hash, then for each round: sort, gather, attend in chunks, scatter back to
-# the original order. The rounds are processed one at a time, so only one
-# round's chunks exist at once.
+# the original order. The rounds are processed one at a time: under
+# `torch.no_grad()` only one round's chunks exist at once, but under autograd
+# every round's scores and weights are kept for the backward pass, so the
+# training memory grows with the number of rounds (we measure it below).
+# Each round is sorted on its own; trax and Hugging Face instead offset each
+# round's buckets and sort all $n_r L$ entries at once, which gives the same
+# chunks, except for the look-back: their chunks form one sequence over all
+# rounds, so a round's first chunk looks back into the *previous round's*
+# last chunk (the first round's into the last round's), where here it looks
+# back into the last chunk of its own round.
 
 # %% nbgrader={"grade": false, "grade_id": "lsh_attention", "locked": false, "schema_version": 3, "solution": true}
 def lsh_attention(qk: torch.Tensor, v: torch.Tensor, rotations: torch.Tensor, chunk_len: int,
@@ -494,7 +560,9 @@ assert torch.allclose(out, full_shared_qk_attention(qk, v, causal=True), atol=1e
 # With a single bucket and a chunk as long as the sequence, LSH attention *is*
 # full shared-QK attention. Now a module around it: multi-head projections,
 # the heads folded into the batch, and `n_hashes` rounds drawn afresh on each
-# call unless rotations are given.
+# call unless rotations are given. One draw of rotations serves every head
+# and every sequence of the batch; trax draws them per head and per example,
+# Hugging Face per head.
 
 # %% nbgrader={"grade": false, "grade_id": "LSHSelfAttention", "locked": false, "schema_version": 3, "solution": true}
 class LSHSelfAttention(nn.Module):
@@ -667,7 +735,12 @@ def toy_block_backward(state: dict, y1, y2, dy1, dy2):
 # The parameters are passed as extra inputs of the Function, so that its output
 # requires a gradient whenever they do (even if the input does not); their
 # gradients reach `.grad` through `reversible_block_backward`, so the Function
-# returns `None` for them.
+# returns `None` for them. So train it with `loss.backward()`:
+# `torch.autograd.grad(loss, params)` raises an error (the parameters appear
+# unused in the graph), and with `allow_unused=True` returns `None` for every
+# parameter, while their gradients still land in `.grad` as a side effect.
+# Hugging Face's reversible function does not take the parameters as inputs
+# at all and likewise fills `.grad` inside its backward.
 
 # %% nbgrader={"grade": false, "grade_id": "ReversibleStack", "locked": false, "schema_version": 3, "solution": true}
 class ReversibleStack(nn.Module):
@@ -777,7 +850,8 @@ def probe_chunked_feed_forward(weight: torch.Tensor, x: torch.Tensor, n_chunks: 
 #
 # Four cross-checks before the experiments. (1) LSH attention against full
 # attention on the same inputs when the buckets are informative: the
-# approximation error falls with the number of rounds (measured below).
+# approximation error falls with the number of rounds (measured in the
+# Experiment section, after the duplication task).
 # (2) A reversible stack against the same blocks run by autograd: same
 # outputs, same gradients. (3) The inversion error of a deep stack in float32
 # and float64. (4) LSH attention as $F$ in a reversible stack, where the
@@ -802,12 +876,17 @@ gap = max((a - b).abs().max().item() for a, b in zip(grads_rev, grads_auto))
 print(f"largest gradient difference, reversible vs autograd: {gap:.2e}")
 
 
-def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64) -> float:
-    """Largest |x - inverse(forward(x))| through n_layers reversible blocks of width d."""
+def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64,
+                    scale: float = 1.0) -> float:
+    """Largest |x - inverse(forward(x))| through n_layers reversible blocks of width d, every
+    weight multiplied by `scale` after PyTorch's default initialisation (seed 0)."""
     seed_everything(0)
     blocks = [ReversibleBlock(nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d)),
                               nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d)))
               .to(dtype) for _ in range(n_layers)]
+    with torch.no_grad():
+        for p in (p for b in blocks for p in b.parameters() if p.dim() == 2):
+            p.mul_(scale)
     x1, x2 = torch.randn(4, 128, d, dtype=dtype), torch.randn(4, 128, d, dtype=dtype)
     with torch.no_grad():
         y1, y2 = x1, x2
@@ -821,29 +900,34 @@ def inversion_error(dtype: torch.dtype, n_layers: int = 12, d: int = 64) -> floa
 err32, err64 = inversion_error(torch.float32), inversion_error(torch.float64)
 print(f"12 blocks, inversion error: float32 {err32:.1e}, float64 {err64:.1e}")
 glue("ch08_inv_err32", err32)
-_ = glue("ch08_inv_err64", err64)
+glue("ch08_inv_err64", err64)
+for scale in (2, 3):
+    err = inversion_error(torch.float32, scale=scale)
+    print(f"weights x{scale}: float32 inversion error {err:.1e}")
+    glue(f"ch08_inv_err32_x{scale}", err)
 
 # %% [markdown]
 # Inverting 12 blocks of width 64 (feed-forwards $64 \to 256 \to 64$, default
 # PyTorch initialisation, seed 0) returns the inputs up to
 # {glue:text}`ch08_inv_err32:.1e` in float32 and
 # {glue:text}`ch08_inv_err64:.1e` in float64: rounding only, amplified a
-# little by each block. The error grows with each block's amplification: one
-# run with every weight of these 12 blocks multiplied by 2 after the
-# initialisation gave a float32 error of 1.6e-2, and by 3, 1.8e9 (measured
-# once by a reviewer, not run here; same blocks, seed 0, inputs
-# $4 \times 128 \times 64$). At this initialisation the error reaches the
-# recomputed activations only at float precision, so the gradients of a
-# reversible network are exact to float precision, which is more than SGD
-# needs.
+# little by each block. The error grows with each block's amplification:
+# with every weight matrix of these 12 blocks multiplied by 2 after the
+# initialisation, the float32 error is {glue:text}`ch08_inv_err32_x2:.1e`,
+# and by 3, {glue:text}`ch08_inv_err32_x3:.1e`. So at this initialisation the
+# recomputed activations, and the gradients, are exact to float precision;
+# whether they stay so depends on how much the trained blocks amplify their
+# inputs, which we have not checked on a trained network (no model in this
+# chapter is trained reversibly).
 #
 # ### LSH attention inside a reversible stack
 #
 # Check (2) used deterministic sub-layers. With `LSHSelfAttention` as $F$,
 # every call draws new rotations, so the backward pass recomputes a
 # *different* function from the one the forward ran: the rebuilt inputs and
-# the gradients are wrong. The fix, as in trax, is to draw the random state
-# once per forward pass and reuse it on the recompute. `FixedRotations` below
+# the gradients are wrong. Our fix draws the rotations once per forward pass
+# and reuses them on the recompute (trax and Hugging Face store the buckets
+# instead, as said in The math). `FixedRotations` below
 # (given code) does it through the `rotations` argument of
 # `LSHSelfAttention.forward`: its rotations are drawn by `resample()`, which a
 # training loop calls once per step, before the forward pass. Dropout inside
@@ -915,78 +999,204 @@ for fixed in (False, True):
 #
 # ## Experiment
 #
-# ### Memory against length
+# Each experiment below is a function of a seed and a thread count, which it
+# sets itself (`torch.set_num_threads`, `seed_everything`). The page runs
+# each with seed 0 on one thread; the claims check (`python -m course claims
+# 08`) runs each with seeds 0 to 4, on 1 and 2 threads, with this chapter's
+# solution and with an independent one: 20 runs, on which every conclusion
+# stated below is checked. Each table shows this run's figures next to
+# their mean and range over the 20 runs and what changed them. What is
+# reproducible: the activation memory of the written-out and the fused
+# attention and of the depth experiment is the same in every run, bit for
+# bit; LSH attention's memory depends on how it is written (the two
+# solutions differ) and moves by less than a percent from run to run, even
+# with the same seed and threads (this page's run and the check's); the
+# approximation figures move with the seed and the solution, not with the
+# thread count; the duplication figures (a training run) move with the
+# seed, the thread count and the solution; CPU times move with everything,
+# the machine's load included. With the same code, seed, threads and
+# machine a run repeats bit for bit, except the times and LSH attention's
+# memory. The page and the check
+# run on the CPU; on a GPU, which `pick_device` prefers for the duplication
+# task, the figures would differ again. The figures of the sections before
+# this one (the three problems, the checks) come from this page's run
+# alone, not from the claims check: their memory counts are exact, while
+# their rounding errors (inversion, gradient differences) may change in
+# the last digits with the thread count or the machine.
 #
-# Activation memory (bytes autograd saves for backward) of one head of full
-# shared-QK attention and of LSH attention (chunks of 64, 4 rounds, 16
-# buckets, $D = 64$, seed 0), batch 1, for $L$ from 256 to 8192; a stated budget of
-# 128 MiB per head marks where full attention stops fitting. The sweep to
-# $L = 16\,384$, with the peak memory of the whole process and timings, is in
-# `benchmarks/bench_08_lsh_memory.py`.
+# ### Memory and time against length
+#
+# Activation memory (bytes autograd saves for backward) of one head, batch 1,
+# $D = 64$, for $L$ from 256 to 8192, of three attentions: full shared-QK
+# attention written out (`full_shared_qk_attention`: the $L \times L$ scores
+# and weights are tensors), LSH attention (chunks of 64, 4 rounds, $2L/64$
+# buckets as in the paper), and exact attention through PyTorch's fused
+# kernel, `F.scaled_dot_product_attention`, with the same keys (the unit
+# queries) and scale but without the own-key rule. The fused kernel never
+# stores the $L \times L$ weights: it computes them block by block, keeps
+# only each query's log-sum-exp, and recomputes the blocks in the backward
+# pass (the memory-efficient exact attention of FlashAttention). The
+# paper's Section 2 already describes memory-efficient attention (each
+# query's scores computed on their own and recomputed in the backward pass)
+# and ran its full-attention baselines that way. We also
+# time a forward and backward pass of each, in CPU seconds of the process
+# (one timed run after an untimed one; CPU time, not wall time, because
+# this book is built on a shared machine; full attention only up to
+# $L = 4096$, where it takes {glue:text}`ch08_time_full_4096:.2f` s in this
+# run). A stated budget of 128 MiB
+# per head marks where the written-out attention stops fitting.
 
 # %% tags=["skip-grading", "hide-input"]
-seed_everything(0)
+from attnkit.claims import claim, experiment, spread
+from attnkit.cputime import cpu_time_call
+
 BUDGET = 128
-lengths = [256, 512, 1024, 2048, 4096, 8192]
-mem_full, mem_lsh = [], []
-for L in lengths:
-    qk = torch.randn(1, L, 64, requires_grad=True)
-    v = torch.randn(1, L, 64, requires_grad=True)
-    rot = torch.randn(4, 64, 8)
-    mem_full.append(saved_bytes(lambda: full_shared_qk_attention(qk, v)) / MiB)
-    mem_lsh.append(saved_bytes(lambda: lsh_attention(qk, v, rot, 64)) / MiB)
-fig, ax = plt.subplots(figsize=(5.5, 3.2))
-ax.loglog(lengths, mem_full, "o-", label="full attention")
-ax.loglog(lengths, mem_lsh, "s-", label="LSH attention (4 rounds, chunks of 64)")
-ax.axhline(BUDGET, color="r", ls="--", lw=1, label=f"budget {BUDGET} MiB")
-ax.set_xlabel("sequence length L")
-ax.set_ylabel("activation memory (MiB)")
-ax.legend(fontsize=8)
+LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
+TIMED = {"full": [1024, 2048, 4096], "lsh": [1024, 2048, 4096, 8192],
+         "sdpa": [1024, 2048, 4096, 8192]}
+
+
+def sdpa_attention(qk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Exact attention by PyTorch's fused kernel: keys the unit queries, scale 1/sqrt(D).
+    (B, T, D) inputs go in as one head, (B, 1, T, D): the fused CPU kernel needs four
+    dimensions, and with three PyTorch falls back to the plain path, which stores L x L."""
+    k = F.normalize(qk, dim=-1)
+    return F.scaled_dot_product_attention(qk[:, None], k[:, None], v[:, None])[:, 0]
+
+
+@experiment("08_reformer")
+def lengths(seed: int = 0, threads: int = 1) -> dict:
+    """Activation memory (MiB) and forward+backward seconds of full, LSH and fused attention."""
+    torch.set_num_threads(threads)
+    g = seed_everything(seed)
+    out = {}
+    for L in LENGTHS:
+        qk = torch.randn(1, L, 64, generator=g, requires_grad=True)
+        v = torch.randn(1, L, 64, generator=g, requires_grad=True)
+        rot = torch.randn(4, 64, L // 64, generator=g)                  # 4 rounds, 2L/64 buckets
+        runs = {"full": lambda: full_shared_qk_attention(qk, v),
+                "lsh": lambda: lsh_attention(qk, v, rot, 64),
+                "sdpa": lambda: sdpa_attention(qk, v)}
+        for name, fn in runs.items():
+            out[f"ch08_mem_{name}_{L}"] = saved_bytes(fn) / MiB
+            if L in TIMED[name]:
+                out[f"ch08_time_{name}_{L}"] = cpu_time_call(lambda: fn().sum().backward(),
+                                                              repeat=1)
+    out["ch08_mem_lsh1_8192"] = saved_bytes(lambda: lsh_attention(qk, v, rot[:1], 64)) / MiB
+    full, lsh = (out[f"ch08_mem_{n}_8192"] for n in ("full", "lsh"))
+    out.update({"ch08_mem_ratio_8192": full / lsh,
+                "ch08_full_growth": full / out["ch08_mem_full_4096"],
+                "ch08_lsh_growth": lsh / out["ch08_mem_lsh_4096"],
+                "ch08_sdpa_growth": out["ch08_mem_sdpa_8192"] / out["ch08_mem_sdpa_4096"],
+                "ch08_crossover": min(L for L in LENGTHS
+                                      if out[f"ch08_mem_full_{L}"] > out[f"ch08_mem_lsh_{L}"]),
+                "ch08_full_fits_upto": max(L for L in LENGTHS
+                                           if out[f"ch08_mem_full_{L}"] <= BUDGET),
+                "ch08_time_sdpa_over_lsh_8192": (out["ch08_time_sdpa_8192"]
+                                                 / out["ch08_time_lsh_8192"]),
+                "ch08_time_full_over_lsh_4096": (out["ch08_time_full_4096"]
+                                                 / out["ch08_time_lsh_4096"])})
+    return out
+
+# %% tags=["skip-grading", "hide-input"]
+len_run = lengths(seed=0, threads=1)
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+for name, label, style in (("full", "full attention, written out", "o-"),
+                           ("lsh", "LSH attention (4 rounds, chunks of 64)", "s-"),
+                           ("sdpa", "exact, fused kernel (SDPA)", "^-")):
+    axes[0].loglog(LENGTHS, [len_run[f"ch08_mem_{name}_{L}"] for L in LENGTHS], style, label=label)
+    axes[1].loglog(TIMED[name], [len_run[f"ch08_time_{name}_{L}"] for L in TIMED[name]],
+                   style, label=label)
+axes[0].axhline(BUDGET, color="r", ls="--", lw=1, label=f"budget {BUDGET} MiB")
+axes[0].set(xlabel="sequence length L", ylabel="activation memory (MiB)")
+axes[1].set(xlabel="sequence length L", ylabel="forward + backward (CPU s)")
+axes[0].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
-for L, a, b in zip(lengths, mem_full, mem_lsh):
-    print(f"L={L:5d}: full {a:8.2f} MiB  LSH {b:7.2f} MiB  ratio {a / b:6.1f}")
-glue("ch08_mem_ratio_8192", mem_full[-1] / mem_lsh[-1])
-glue("ch08_crossover", min(L for L, a, b in zip(lengths, mem_full, mem_lsh) if a > b))
-glue("ch08_lsh_growth", mem_lsh[-1] / mem_lsh[-2])
-glue("ch08_full_growth", mem_full[-1] / mem_full[-2])
-_ = glue("ch08_full_fits_upto", max(L for L, a in zip(lengths, mem_full) if a <= BUDGET))
+for L in LENGTHS:
+    print(f"L={L:5d}: " + "  ".join(
+        f"{n} {len_run[f'ch08_mem_{n}_{L}']:7.2f} MiB"
+        + (f" {len_run[f'ch08_time_{n}_{L}']:6.3f} s" if L in TIMED[n] else "")
+        for n in ("full", "lsh", "sdpa")))
 
 # %% [markdown]
-# Full attention's memory grows about fourfold with each doubling of $L$
-# (factor {glue:text}`ch08_full_growth:.2f` from 4096 to 8192); LSH
-# attention's doubles (factor {glue:text}`ch08_lsh_growth:.2f`). At
-# $L = 8192$ full attention keeps {glue:text}`ch08_mem_ratio_8192:.1f` times the
-# memory of LSH attention, and within the 128 MiB budget it fits only up to
-# $L =$ {glue:text}`ch08_full_fits_upto`. LSH attention pays a constant factor
-# for its 4 rounds (each keeps its own $m \times 2m$ scores per chunk, the
-# gathered keys and values, the masks), so at short lengths full attention is
+# Full attention written out grows about fourfold in memory with each
+# doubling of $L$ (factor {glue:text}`ch08_full_growth:.2f` from 4096 to
+# 8192); LSH attention's memory doubles (factor
+# {glue:text}`ch08_lsh_growth:.2f`). At $L = 8192$ the written-out attention
+# keeps {glue:text}`ch08_mem_ratio_8192:.1f` times the memory of LSH
+# attention, and within the 128 MiB budget it fits only up to
+# $L =$ {glue:text}`ch08_full_fits_upto`. LSH attention pays a constant
+# factor for its 4 rounds (each keeps its own $m \times 2m$ scores per chunk,
+# the gathered keys and values, the masks: with one round it keeps
+# {glue:text}`ch08_mem_lsh1_8192:.0f` MiB at 8192 instead of
+# {glue:text}`ch08_mem_lsh_8192:.0f`), so at short lengths full attention is
 # the cheaper one: LSH attention first wins at $L =$
-# {glue:text}`ch08_crossover` here. Its advantage grows linearly with $L$.
-#
-# The benchmark `benchmarks/bench_08_lsh_memory.py` measures whole processes:
-# the peak resident memory of a forward and backward pass (glibc's
-# `MALLOC_MMAP_THRESHOLD_=65536`, so freed tensors return to the system) and
-# its CPU time, for one head ($D = 64$, chunks of 64, 4 rounds, $L/64$
-# buckets, one thread), in three versions: full attention, this chapter's
-# `lsh_attention`, and the same graded pieces with each round wrapped in
-# `torch.utils.checkpoint`, so that autograd keeps only a round's output
-# and log-sum-exp and recomputes the round in the backward pass. One run of
-# `python benchmarks/bench_08_lsh_memory.py` (2026-11-23, the course's 2-core
-# build machine, CPU, load average 8 to 13 from other jobs, hence CPU seconds
-# rather than wall time) measured, as peak MiB and CPU seconds:
-#
-# | $L$ | full attention | `lsh_attention` | rounds recomputed |
-# | --- | --- | --- | --- |
-# | 1024 | 13.7 MiB, 0.031 s | 12.5 MiB, 0.034 s | 5.0 MiB, 0.048 s |
-# | 4096 | 210 MiB, 0.56 s | 56 MiB, 0.11 s | 21.5 MiB, 0.18 s |
-# | 8192 | 836 MiB, 2.44 s | 112 MiB (7.5x less), 0.26 s (9.5x faster) | 42 MiB (19.8x less), 0.34 s (7.1x faster) |
-# | 16384 | 3334 MiB, 9.6 s | 223 MiB (14.9x less), 0.53 s (18.1x faster) | 124 MiB (26.8x less), 0.76 s (12.7x faster) |
-#
-# At $L = 1024$ LSH attention is no cheaper; from there its advantage in
-# memory and time grows about linearly with $L$ (it doubles with every
-# doubling). Recomputing the rounds costs 1.3 to 1.6 times the CPU time of
-# `lsh_attention` and saves another factor of 1.8 to 2.7 in memory.
+# {glue:text}`ch08_crossover` here. How much LSH attention keeps depends on
+# how it is written: the independent solution of the claims check keeps
+# more (the range of "LSH: MiB at 8192" in the table below), and with it LSH
+# attention first wins at a longer length ("LSH first smaller at L" in the
+# table). Both are linear in $L$, both first win at 4096 or 8192, and at
+# 8192 both keep less than the written-out attention.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("full_quadratic", "The written-out attention's memory grows at least 3.5-fold from L = 4096 "
+      "to 8192, LSH attention's at most 2.1-fold.",
+      lambda g: g["ch08_full_growth"] >= 3.5 and g["ch08_lsh_growth"] <= 2.1)
+claim("lsh_below_full_8192", "LSH attention first keeps less memory than the written-out attention "
+      "at L = 4096 or 8192, and at 8192 it keeps less.",
+      lambda g: (g["ch08_crossover"] in (4096, 8192)
+                 and g["ch08_mem_lsh_8192"] < g["ch08_mem_full_8192"]))
+
+# %% [markdown]
+# But the $L \times L$ matrix is a cost of writing attention out, not of
+# exact attention. The fused kernel keeps
+# {glue:text}`ch08_mem_sdpa_8192:.1f` MiB at $L = 8192$, against
+# {glue:text}`ch08_mem_lsh_8192:.0f` MiB for LSH attention: its memory is
+# linear in $L$ (factor {glue:text}`ch08_sdpa_growth:.2f` per doubling) and
+# smaller at every length. Against memory-efficient exact attention, LSH
+# attention does not win on memory. Where it does win is time: the fused
+# kernel still computes all $L^2$ scores, LSH attention only
+# $n_r \cdot L \cdot 2m$ of them (plus an $O(L \log L)$ sort per round). At
+# $L = 8192$ the fused kernel takes {glue:text}`ch08_time_sdpa_over_lsh_8192:.1f`
+# times as long as LSH attention for a forward and backward pass on this
+# CPU, and the written-out attention already
+# {glue:text}`ch08_time_full_over_lsh_4096:.1f` times as long at 4096. LSH's
+# lasting advantage is that it computes fewer scores; its memory advantage
+# is against an attention that stores them.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("fused_beats_lsh_memory", "Exact attention through the fused kernel keeps less memory than "
+      "LSH attention at every length.",
+      lambda g: all(g[f"ch08_mem_sdpa_{L}"] < g[f"ch08_mem_lsh_{L}"]
+                    for L in (256, 512, 1024, 2048, 4096, 8192)))
+claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pass is faster than "
+      "the fused kernel's, and at 4096 faster than the written-out attention's.",
+      lambda g: g["ch08_time_sdpa_over_lsh_8192"] > 1 and g["ch08_time_full_over_lsh_4096"] > 1)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({"ch08_mem_full_8192": "full, written out: MiB at 8192",
+        "ch08_mem_lsh_8192": "LSH: MiB at 8192",
+        "ch08_mem_sdpa_8192": "fused (SDPA): MiB at 8192", "ch08_time_lsh_8192": "LSH: s at 8192",
+        "ch08_time_sdpa_8192": "fused (SDPA): s at 8192", "ch08_time_full_4096": "full: s at 4096",
+        "ch08_time_lsh_4096": "LSH: s at 4096", "ch08_full_growth": "full: growth 4096 to 8192",
+        "ch08_lsh_growth": "LSH: growth 4096 to 8192",
+        "ch08_sdpa_growth": "fused: growth 4096 to 8192",
+        "ch08_mem_ratio_8192": "full / LSH memory at 8192",
+        "ch08_mem_lsh1_8192": "LSH, 1 round: MiB at 8192",
+        "ch08_crossover": "LSH first smaller at L",
+        "ch08_full_fits_upto": "full fits 128 MiB up to L",
+        "ch08_time_sdpa_over_lsh_8192": "time fused / LSH at 8192",
+        "ch08_time_full_over_lsh_4096": "time full / LSH at 4096"}, digits=3)
+
+# %% [markdown]
+# The benchmark `benchmarks/bench_08_lsh_memory.py` measures whole processes
+# up to $L = 16\,384$: the peak resident memory of a forward and backward pass
+# and its CPU time, for full attention, `lsh_attention`, and the same graded
+# pieces with each round wrapped in `torch.utils.checkpoint`, so that
+# autograd keeps only a round's output and log-sum-exp and recomputes the
+# round in the backward pass. Run it to see its figures; they are not on
+# this page.
 #
 # ### Memory against depth
 #
@@ -1012,17 +1222,31 @@ def standard_forward(layers, x1, x2):
     return x
 
 
-seed_everything(0)
-depths = [2, 4, 8, 12]
-mem_std, mem_rev = [], []
-h1 = torch.randn(8, 128, 64, requires_grad=True)
-h2 = torch.randn(8, 128, 64, requires_grad=True)
-for n in depths:
-    layers = [sublayers(64) for _ in range(n)]
-    params = [p for f, g in layers for p in (*f.parameters(), *g.parameters())]
-    rev = ReversibleStack([ReversibleBlock(f, g) for f, g in layers])
-    mem_std.append(saved_bytes(lambda: standard_forward(layers, h1, h2), exclude=params) / MiB)
-    mem_rev.append(saved_bytes(lambda: rev(h1, h2), exclude=params) / MiB)
+DEPTHS = [2, 4, 8, 12]
+
+
+@experiment("08_reformer")
+def depth(seed: int = 0, threads: int = 1) -> dict:
+    """Activation memory (MiB) of standard residual and reversible stacks of DEPTHS layers."""
+    torch.set_num_threads(threads)
+    g = seed_everything(seed)
+    mem_std, mem_rev = [], []
+    h1 = torch.randn(8, 128, 64, generator=g, requires_grad=True)
+    h2 = torch.randn(8, 128, 64, generator=g, requires_grad=True)
+    for n in DEPTHS:
+        layers = [sublayers(64) for _ in range(n)]
+        params = [p for f, g in layers for p in (*f.parameters(), *g.parameters())]
+        rev = ReversibleStack([ReversibleBlock(f, g) for f, g in layers])
+        mem_std.append(saved_bytes(lambda: standard_forward(layers, h1, h2), exclude=params) / MiB)
+        mem_rev.append(saved_bytes(lambda: rev(h1, h2), exclude=params) / MiB)
+    return {"ch08_rev_12_over_2": mem_rev[-1] / mem_rev[0],
+            "ch08_std_12_over_2": mem_std[-1] / mem_std[0],
+            "ch08_std_per_layer": (mem_std[-1] - mem_std[0]) / (DEPTHS[-1] - DEPTHS[0]),
+            "mem_std": mem_std, "mem_rev": mem_rev}
+
+# %% tags=["skip-grading", "hide-input"]
+depth_run = depth(seed=0, threads=1)
+depths, mem_std, mem_rev = DEPTHS, depth_run["mem_std"], depth_run["mem_rev"]
 for n, a, b in zip(depths, mem_std, mem_rev):
     print(f"{n:2d} layers: standard {a:6.2f} MiB   reversible {b:5.2f} MiB")
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -1033,9 +1257,6 @@ ax.set_ylabel("activation memory (MiB)")
 ax.legend()
 plt.tight_layout()
 plt.show()
-glue("ch08_rev_12_over_2", mem_rev[-1] / mem_rev[0])
-glue("ch08_std_12_over_2", mem_std[-1] / mem_std[0])
-_ = glue("ch08_std_per_layer", (mem_std[-1] - mem_std[0]) / (depths[-1] - depths[0]))
 
 # %% [markdown]
 # Standard layers cost {glue:text}`ch08_std_per_layer:.2f` MiB more per
@@ -1043,20 +1264,24 @@ _ = glue("ch08_std_per_layer", (mem_std[-1] - mem_std[0]) / (depths[-1] - depths
 # 2). The reversible stack keeps only its final outputs: 12 layers cost
 # {glue:text}`ch08_rev_12_over_2:.2f` times what 2 cost, flat in depth as
 # the Reformer promises. The memory the reversible backward needs while it
-# runs (one block's recomputed graph at a time) is not in these counts; the
-# benchmark's process peaks include it. One run of
-# `python benchmarks/bench_08_reversible.py` (2026-11-23, the course's 2-core
-# build machine, CPU, one thread, load average 8 to 13 from other jobs;
-# peak resident memory of a forward and backward pass with glibc's
-# `MALLOC_MMAP_THRESHOLD_=65536`, batch 16 x 1024, $d = 64$, parameters and
-# gradients included; time in CPU seconds of the process) measured: 12
-# reversible layers peaked at 99.0 MiB against 93.3 MiB for 2 (1.06 times;
-# 24 layers 105.7 MiB, 1.13 times), 0.56 MiB per extra layer, which is its
-# parameters and their gradients; standard layers 40.3 MiB per extra layer
-# (12 layers 520 MiB, 24 layers 1004 MiB: 9.5 times the reversible stack).
-# The reversible step took 1.16 to 1.44 times the CPU time of the standard
-# one (1.30 at 24 layers), the price of recomputing every layer.
-#
+# runs (one block's recomputed graph at a time) is not in these counts, nor
+# are the parameters and their gradients, nor the extra time of recomputing
+# every layer (one more forward pass per step: about a third more
+# arithmetic, not a measured wall-clock factor).
+# `python benchmarks/bench_08_reversible.py` measures the peak memory and
+# CPU time of whole processes, backward pass included, for up to 24 layers.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("reversible_flat", "Twelve reversible layers keep at most 1.05 times the activation memory "
+      "of two; twelve standard layers at least four times.",
+      lambda g: g["ch08_rev_12_over_2"] <= 1.05 and g["ch08_std_12_over_2"] >= 4)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({"ch08_std_per_layer": "standard: MiB per extra layer",
+        "ch08_std_12_over_2": "standard: 12 / 2 layers",
+        "ch08_rev_12_over_2": "reversible: 12 / 2 layers"}, digits=3)
+
+# %% [markdown]
 # ### Chunked feed-forward, measured
 #
 # The largest tensor in a forward pass of a feed-forward with
@@ -1073,6 +1298,11 @@ with torch.no_grad():
         if n == 16:
             glue("ch08_ff_chunk16", mib)
     glue("ch08_ff_whole", largest_tensor_bytes(lambda: ffw(xw)) / MiB)
+xg = xw.clone().requires_grad_()
+ff_params = list(ffw.parameters())
+glue("ch08_ff_saved_whole", saved_bytes(lambda: ffw(xg), exclude=ff_params) / MiB)
+_ = glue("ch08_ff_saved_chunk16",
+         saved_bytes(lambda: chunked_feed_forward(ffw, xg, 16), exclude=ff_params) / MiB)
 
 # %% [markdown]
 # Whole, the hidden activation takes {glue:text}`ch08_ff_whole:.2f` MiB; in 16
@@ -1081,8 +1311,9 @@ with torch.no_grad():
 # forward pass under `torch.no_grad()`: inference, or the forward pass of a
 # reversible stack. Under autograd, chunking alone saves nothing, since every
 # chunk's hidden activation is kept for the backward pass (`saved_bytes` of
-# a 1024-position pass of this feed-forward: 4.25 MiB whole and in 16
-# chunks, measured once by a reviewer, not run here). Our `reversible_block_backward` recomputes $G$ on the whole
+# a 1024-position pass of this feed-forward:
+# {glue:text}`ch08_ff_saved_whole:.2f` MiB whole,
+# {glue:text}`ch08_ff_saved_chunk16:.2f` MiB in 16 chunks). Our `reversible_block_backward` recomputes $G$ on the whole
 # sequence and calls backward once, so it does not help there either. To
 # save memory in training, each chunk must be recomputed and backpropagated
 # on its own before the next, as the Reformer's implementation does.
@@ -1098,17 +1329,32 @@ with torch.no_grad():
 #
 # The model: token and learned position embeddings ($d = 64$), two pre-norm
 # layers, each an `LSHSelfAttention` (4 heads of 16, 4 buckets, chunks of 8,
-# causal) and a feed-forward $64 \to 128 \to 64$, then a linear read-out.
-# Trained with 2 hash rounds, Adam at learning rate 3e-3, 500 steps of batch
-# 64, gradient clipping at 1.0, seed 0 (on CPU with one thread: a model this
-# small trains faster without threads competing). The accuracy is that of predicting
-# the 15 symbols of the second $w$ (token-level) on 512 fresh sequences.
+# causal) and a feed-forward $64 \to 128 \to 64$, then a linear read-out,
+# PyTorch's default initialisation except for the position embeddings
+# ($0.02$ times a standard normal). Trained with 2 hash rounds, Adam at
+# learning rate 3e-3, 250 steps of batch 64, gradient clipping at 1.0. The
+# accuracy is that of predicting the 15 symbols of the second $w$
+# (token-level) on 512 fresh sequences (seed 123, the same in every run).
+#
+# With $L = 32$ and chunks of 8, a query's window (its chunk and the one
+# before) is half the sequence, so more rounds also mean more of the
+# sequence seen, whatever the hash does. Two controls, applied at evaluation
+# to the same LSH-trained model, help separate the two: **random buckets**,
+# drawn uniformly and independently of the content (the same sort, chunks and
+# combination, through the graded pieces), and **full attention**, every
+# earlier key (`full_shared_qk_attention` with the layer's projections).
+# Neither is a model *trained* that way, so each also measures how much the
+# model depends on the windows it was trained with; we come back to this
+# below.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.train import TrainConfig, train  # noqa: E402
 
 W_LEN, N_SYMBOLS = 15, 8
 T_DUP = 2 * (W_LEN + 1)
+DUP_STEPS, EVAL_SEED, N_DRAWS = 250, 123, 4
+ROUNDS = (1, 2, 4, 8)
+device = pick_device()
 
 
 def duplication_batch(n: int, g: torch.Generator) -> torch.Tensor:
@@ -1119,7 +1365,10 @@ def duplication_batch(n: int, g: torch.Generator) -> torch.Tensor:
 
 
 class DupLM(nn.Module):
-    """A small causal LM with LSH self-attention (given code, not graded)."""
+    """A small causal LM with LSH self-attention (given code, not graded).
+
+    forward(tokens, attend=None): each layer's attention is its LSHSelfAttention, or
+    attend(attn, x) when given (the controls: other buckets, full attention)."""
 
     def __init__(self, d: int = 64, n_layers: int = 2, n_hashes: int = 2):
         super().__init__()
@@ -1136,101 +1385,208 @@ class DupLM(nn.Module):
         for a in self.attns:
             a.n_hashes = n
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def hidden(self, tokens: torch.Tensor, layers: int, attend=None) -> torch.Tensor:
+        """The residual stream after the first `layers` layers: (B, T, d)."""
         h = self.emb(tokens) + self.pos[: tokens.shape[1]]
-        for i, (attn, ff) in enumerate(zip(self.attns, self.ffs)):
-            h = h + attn(self.norms[2 * i](h))
-            h = h + ff(self.norms[2 * i + 1](h))
-        return self.head(h)
+        for i in range(layers):
+            x = self.norms[2 * i](h)
+            h = h + (self.attns[i](x) if attend is None else attend(self.attns[i], x))
+            h = h + self.ffs[i](self.norms[2 * i + 1](h))
+        return h
+
+    def forward(self, tokens: torch.Tensor, attend=None) -> torch.Tensor:
+        return self.head(self.hidden(tokens, len(self.attns), attend))
 
 
-device = pick_device()
-g = seed_everything(0)
-model = DupLM().to(device)
+def heads(attn: LSHSelfAttention, t: torch.Tensor) -> torch.Tensor:
+    """(B, T, D) -> (B*H, T, d_k), head h = features h*d_k:(h+1)*d_k, as LSHSelfAttention splits."""
+    B, T, D = t.shape
+    H = attn.n_heads
+    return t.reshape(B, T, H, D // H).transpose(1, 2).reshape(B * H, T, D // H)
 
 
-def dup_loss(step: int) -> torch.Tensor:
-    seq = duplication_batch(64, g).to(device)
-    logits = model(seq)                                   # position t predicts token t + 1
-    return F.cross_entropy(logits[:, W_LEN + 1:-1].reshape(-1, N_SYMBOLS + 1),
-                           seq[:, W_LEN + 2:].reshape(-1))
+def merge(attn: LSHSelfAttention, o: torch.Tensor) -> torch.Tensor:
+    """(B*H, T, d_k) -> `out` of the concatenated heads, (B, T, D)."""
+    BH, T, dk = o.shape
+    H = attn.n_heads
+    return attn.out(o.reshape(BH // H, H, T, dk).transpose(1, 2).reshape(BH // H, T, H * dk))
 
 
-start = time.perf_counter()
-threads = torch.get_num_threads()
-if device.type == "cpu":
-    torch.set_num_threads(1)  # a model this small trains faster on one CPU thread
-losses = train(model, dup_loss, TrainConfig(steps=500, lr=3e-3, desc="duplication (LSH, 2 rounds)"))
-torch.set_num_threads(threads)
-print(f"trained in {time.perf_counter() - start:.0f} s on {device}")
+def bucket_attention(draw):
+    """attend(attn, x) with buckets draw(n_hashes, N, T) -> (n_hashes, N, T) instead of the hash,
+    then the same sort, chunked attention, unsort and combination (the graded pieces)."""
+    def attend(attn: LSHSelfAttention, x: torch.Tensor) -> torch.Tensor:
+        qk, v = heads(attn, attn.qk(x)), heads(attn, attn.v(x))            # (N, T, d_k)
+        rounds = []
+        for bk in draw(attn.n_hashes, *qk.shape[:2]):                       # (N, T) per round
+            sidx, undo = sort_by_bucket(bk)
+            out, lse = chunked_lsh_attention(torch.take_along_dim(qk, sidx[..., None], 1),
+                                             torch.take_along_dim(v, sidx[..., None], 1),
+                                             sidx, attn.chunk_len, attn.causal)
+            rounds.append((torch.take_along_dim(out, undo[..., None], 1),
+                           torch.take_along_dim(lse, undo, 1)))
+        outs, lses = zip(*rounds)                                           # back in position order
+        return merge(attn, combine_hash_rounds(torch.stack(outs), torch.stack(lses)))
+    return attend
+
+
+def full_attention(attn: LSHSelfAttention, x: torch.Tensor) -> torch.Tensor:
+    """attend(attn, x) by full causal shared-QK attention: every earlier key, no buckets."""
+    return merge(attn, full_shared_qk_attention(heads(attn, attn.qk(x)), heads(attn, attn.v(x)),
+                                                True))
 
 
 @torch.no_grad()
-def dup_accuracy(n_hashes: int, n: int = 512) -> float:
-    """Token accuracy on the second w, with n_hashes rounds at evaluation (seeded)."""
+def dup_accuracy(model: DupLM, n_hashes: int, attend=None, n: int = 512) -> float:
+    """Token accuracy on the second w of n fresh sequences (seeded), n_hashes rounds."""
     model.set_hashes(n_hashes)
-    gen = torch.Generator().manual_seed(123)
-    torch.manual_seed(123)
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    torch.manual_seed(EVAL_SEED)                                       # the rotations
     seq = duplication_batch(n, gen).to(device)
-    pred = model(seq).argmax(-1)
+    pred = model(seq, attend).argmax(-1)
     return (pred[:, W_LEN + 1:-1] == seq[:, W_LEN + 2:]).float().mean().item()
 
 
-accs = {r: dup_accuracy(r) for r in (1, 2, 4, 8)}
-for r, a in accs.items():
-    print(f"evaluated with {r} hash round(s): accuracy {a:.3f}")
-    glue(f"ch08_dup_acc_{r}", a)
+@torch.no_grad()
+def layer_buckets(model: DupLM, seq: torch.Tensor, layer: int,
+                  rotations: torch.Tensor) -> torch.Tensor:
+    """Buckets (n_rounds, n * heads, T) of the shared QK of `layer` (through its `qk`)."""
+    attn = model.attns[layer]
+    qk = heads(attn, attn.qk(model.norms[2 * layer](model.hidden(seq, layer))))   # (n*H, T, d_k)
+    return lsh_hash(qk, rotations.to(qk.device))                                  # (rounds, n*H, T)
+
+
+@torch.no_grad()
+def key_sharing(model: DupLM) -> dict:
+    """How often a query t of the second w shares a bucket, in at least one of r rounds, with
+    position t - 15, which holds the first copy of the token it must predict; per layer, over
+    N_DRAWS draws of 8 rotations on the 512 evaluation sequences."""
+    model.set_hashes(2)
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    seq = duplication_batch(512, gen).to(device)
+    d_k = 64 // model.attns[0].n_heads
+    out = {}
+    for layer, tag in ((1, ""), (0, "l1_")):
+        bks = [layer_buckets(model, seq, layer, torch.randn(8, d_k, 2, generator=gen)).cpu()
+               for _ in range(N_DRAWS)]                                   # each (8, 512*H, T)
+        for r in ROUNDS:
+            out[f"ch08_key_bucket_{tag}{r}"] = sum(
+                (b[:r, :, W_LEN + 1:2 * W_LEN + 1] == b[:r, :, 1:W_LEN + 1])
+                .any(0).float().mean().item()
+                for b in bks) / N_DRAWS
+    return out
+
+
+@experiment("08_reformer")
+def duplication(seed: int = 0, threads: int = 1) -> dict:
+    """Train DupLM with 2 rounds (seed `seed`, `threads` CPU threads); accuracy with 1 to 8 rounds
+    of LSH and of random buckets, with full attention, and the key-sharing counts."""
+    torch.set_num_threads(threads)
+    g = seed_everything(seed)
+    model = DupLM().to(device)
+
+    def dup_loss(step: int) -> torch.Tensor:
+        seq = duplication_batch(64, g).to(device)
+        logits = model(seq)                                   # position t predicts token t + 1
+        return F.cross_entropy(logits[:, W_LEN + 1:-1].reshape(-1, N_SYMBOLS + 1),
+                               seq[:, W_LEN + 2:].reshape(-1))
+
+    start = time.perf_counter()
+    losses = train(model, dup_loss,
+                   TrainConfig(steps=DUP_STEPS, lr=3e-3, desc="duplication (LSH, 2 rounds)"))
+    seconds = time.perf_counter() - start
+    rand = torch.Generator().manual_seed(EVAL_SEED)
+    random_buckets = bucket_attention(
+        lambda n, N, T: torch.randint(4, (n, N, T), generator=rand).to(device))
+    out = {"ch08_dup_loss": sum(losses[-20:]) / 20,
+           "ch08_dup_full": dup_accuracy(model, 1, full_attention)}
+    for r in ROUNDS:
+        out[f"ch08_dup_acc_{r}"] = dup_accuracy(model, r)
+        out[f"ch08_dup_rand_{r}"] = dup_accuracy(model, r, random_buckets)
+    out |= key_sharing(model)
+    return {**out, "model": model, "seconds": seconds}
+
+# %% tags=["skip-grading", "hide-input"]
+dup_run = duplication(seed=0, threads=1)
+print(f"trained in {dup_run['seconds']:.0f} s on {device} (seed 0, one thread)")
+for r in ROUNDS:
+    print(f"{r} round(s): LSH {dup_run[f'ch08_dup_acc_{r}']:.3f}, random buckets "
+          f"{dup_run[f'ch08_dup_rand_{r}']:.3f}")
+print(f"full attention: {dup_run['ch08_dup_full']:.3f}")
 
 # %% [markdown]
 # | rounds at evaluation | 1 | 2 | 4 | 8 |
 # | --- | --- | --- | --- | --- |
-# | accuracy on the copied half | {glue:text}`ch08_dup_acc_1:.3f` | {glue:text}`ch08_dup_acc_2:.3f` | {glue:text}`ch08_dup_acc_4:.3f` | {glue:text}`ch08_dup_acc_8:.3f` |
+# | LSH buckets | {glue:text}`ch08_dup_acc_1:.3f` | {glue:text}`ch08_dup_acc_2:.3f` | {glue:text}`ch08_dup_acc_4:.3f` | {glue:text}`ch08_dup_acc_8:.3f` |
+# | random buckets (control) | {glue:text}`ch08_dup_rand_1:.3f` | {glue:text}`ch08_dup_rand_2:.3f` | {glue:text}`ch08_dup_rand_4:.3f` | {glue:text}`ch08_dup_rand_8:.3f` |
 #
-# Chance is $1/8 = 0.125$. As in the paper's Table 2, a model trained with
-# few rounds gets better when evaluated with more: each extra round is one
-# more chance for a query to share a bucket with the token it must copy.
-# These figures depend on the training run's float rounding: the course's
-# second, independent implementation of the exercises, trained the same way,
-# came within 0.05 of them (lower by a few hundredths with one round).
-# They also depend on the seed, because 500 steps is not convergence. One
-# run with seed 1 and otherwise the same settings (measured once by a
-# reviewer, not run here) ended at loss 0.874 with accuracies 0.623, 0.697,
-# 0.708 and 0.739 for 1, 2, 4 and 8 rounds, where seed 0 gave 0.823, 0.933,
-# 0.964 and 0.969 in that run. The trend (more rounds, higher accuracy) held
-# for both seeds; the levels did not.
-#
+# Full attention on the same model: {glue:text}`ch08_dup_full:.3f`. Chance
+# is $1/8 = 0.125$. After 250 steps the model is far from solving the task
+# (the paper's models copy almost perfectly): it predicts about half of the
+# symbols of the second $w$. As in the paper's Table 2, a model trained with
+# few rounds gets better when evaluated with more.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than with 1.",
+      lambda g: g["ch08_dup_acc_8"] > g["ch08_dup_acc_1"])
+
+# %% [markdown]
+# With the same number of rounds, LSH buckets beat content-blind random
+# ones. That is not yet proof that the hash carries information: the model
+# was trained with LSH's windows, and random buckets give it windows it
+# never saw in training, so part of the gap is likely the model being
+# adapted to its own hash. Full attention shows how large that part can be:
+# it gives every query all of its earlier keys, a superset of any window,
+# and is still *less* accurate than LSH attention with one round. A fair
+# test of the hash would train a model with random buckets and compare it
+# with the LSH-trained one, as the paper's Table 2 compares models trained
+# with different attention; we do not run it here. Random buckets also
+# climb with rounds, from {glue:text}`ch08_dup_rand_1:.2f` to
+# {glue:text}`ch08_dup_rand_8:.2f`, at least half as much as LSH buckets do
+# in every run of the claims check: in a sequence this short, each round's
+# window covers half the sequence, and more rounds cover more of it whatever
+# the buckets. So the rise with rounds is likely in good part coverage, not
+# the hash finding the right key more often; a test at the paper's
+# $L = 1024$, where a window is a small part of the sequence, would
+# separate the two better.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("hash_beats_random", "With 1, 2, 4 or 8 rounds, LSH buckets beat random buckets.",
+      lambda g: all(g[f"ch08_dup_acc_{r}"] > g[f"ch08_dup_rand_{r}"] for r in (1, 2, 4, 8)))
+claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 1 to 8 rounds, and "
+      "at least half as much as LSH buckets gain.",
+      lambda g: g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.05
+      and (g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"]
+           >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"])))
+claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH "
+      "attention with one round.",
+      lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_1"])
+
+# %% [markdown]
+# How much of this is seed 0? This run's figures, next to their mean and
+# range over the 20 runs of the claims check, and which of seed, threads and
+# solution change them at all. 250 steps is not convergence.
+
+# %% tags=["skip-grading", "hide-input"]
+spread({"ch08_dup_loss": "final training loss",
+        **{f"ch08_dup_acc_{r}": f"LSH, {r} round(s)" for r in ROUNDS},
+        **{f"ch08_dup_rand_{r}": f"random buckets, {r} round(s)" for r in ROUNDS},
+        "ch08_dup_full": "full attention"}, digits=3)
+
+# %% [markdown]
 # Here are the buckets of a real sequence: the shared query/keys of the
 # trained model's second layer (head 0, one round of 4 buckets) on a
 # duplication sequence, before and after sorting. Below it we count, over
-# the 512 evaluation sequences and all heads, how often the two copies of a
-# symbol (positions $i$ and $i + 16$) land in the same bucket in at least one
-# of $r$ rounds.
+# the 512 evaluation sequences and all heads, how often a query $t$ of the
+# second $w$ shares a bucket, in at least one of $r$ rounds, with position
+# $t - 15$, which holds the first copy of the token it must predict.
 
 # %% tags=["skip-grading", "hide-input"]
-@torch.no_grad()
-def layer_buckets(seq: torch.Tensor, layer: int, rotations: torch.Tensor) -> torch.Tensor:
-    """Buckets (n_rounds, n * heads, T) of the shared QK of `layer` (through its `qk`)."""
-    h = model.emb(seq) + model.pos[: seq.shape[1]]
-    for i in range(layer):
-        h = h + model.attns[i](model.norms[2 * i](h))
-        h = h + model.ffs[i](model.norms[2 * i + 1](h))
-    attn = model.attns[layer]
-    qk = attn.qk(model.norms[2 * layer](h))                       # (n, T, D)
-    n, T, D = qk.shape
-    H = attn.n_heads
-    qk = qk.reshape(n, T, H, D // H).transpose(1, 2).reshape(n * H, T, D // H)  # (n*H, T, d_k)
-    return lsh_hash(qk, rotations.to(qk.device))                  # (rounds, n*H, T)
-
-
-model.set_hashes(2)
-torch.manual_seed(0)
-gen = torch.Generator().manual_seed(123)
-seq = duplication_batch(512, gen).to(device)
-d_k = 64 // model.attns[1].n_heads
-N_DRAWS = 4  # draws of the 8 rotations, averaged
-bks = {layer: [layer_buckets(seq, layer, torch.randn(8, d_k, 2, generator=gen)).cpu()
-               for _ in range(N_DRAWS)] for layer in (1, 0)}    # each (8, 512*H, T)
-bk = bks[1][0]
+model = dup_run["model"]
+gen = torch.Generator().manual_seed(EVAL_SEED)
+seq = duplication_batch(1, gen).to(device)
+bk = layer_buckets(model, seq, 1,
+                   torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen)).cpu()
 fig, axes = plt.subplots(2, 1, figsize=(8, 2.6), sharex=True)
 order, _ = sort_by_bucket(bk[0, 0])
 for ax, vals, title in ((axes[0], bk[0, 0], "layer 2, head 0: buckets of 0 w 0 w in order"),
@@ -1243,120 +1599,222 @@ for c in range(8, T_DUP, 8):
 axes[1].set_xlabel("position (upper) / sorted slot (lower)")
 plt.tight_layout()
 plt.show()
-for layer, tag in ((1, ""), (0, "l1_")):
-    print(f"layer {layer + 1}: the two copies share a bucket in at least one of r rounds")
-    for r in (1, 2, 4, 8):
-        hit = sum((b[:r, :, 1:W_LEN + 1] == b[:r, :, W_LEN + 2:]).any(dim=0).float().mean().item()
-                  for b in bks[layer]) / N_DRAWS
-        print(f"  {r} round(s): {hit:.3f} of cases (independent random buckets: "
-              f"{1 - 0.75 ** r:.3f})")
-        glue(f"ch08_copy_bucket_{tag}{r}", hit)
+for layer, tag in ((2, ""), (1, "l1_")):
+    print(f"layer {layer}: query t and key t - 15 share a bucket in at least one of r rounds")
+    for r in ROUNDS:
+        print(f"  {r} round(s): {dup_run[f'ch08_key_bucket_{tag}{r}']:.3f} of cases "
+              f"(independent random buckets: {1 - 0.75 ** r:.3f})")
 
 # %% [markdown]
-# The two copies of a symbol share one of the 4 buckets in
-# {glue:text}`ch08_copy_bucket_1:.3f` of cases with one round,
-# {glue:text}`ch08_copy_bucket_2:.3f` with two, {glue:text}`ch08_copy_bucket_4:.3f`
-# with four and {glue:text}`ch08_copy_bucket_8:.3f` with eight in the second
-# layer, averaged over 4 draws of the rotations (seed 123; one draw alone can
-# be off by a tenth). Buckets drawn independently at random would give
-# $1 - (3/4)^r$: 0.25, 0.44, 0.68, 0.90. In the second layer the measured
-# fractions are no higher than those (lower from two rounds on), so the
-# other copy of a symbol is not, by itself, the key this layer hashes
-# together with a query. The first layer
-# differs: there the copies share a bucket in
-# {glue:text}`ch08_copy_bucket_l1_1:.3f` of cases with one round and
-# {glue:text}`ch08_copy_bucket_l1_8:.3f` with eight, above chance. We count
-# only the pair $(i, i + 16)$; which key a query of each layer shares a
-# bucket with most often is exercise 8. What the rounds do is the same for
-# any pair: each round is one more chance to share a bucket.
-#
+# A measured control for the count that follows, on this page's model
+# (seed 0) only: with one round, how often a query of the second $w$ shares
+# its second-layer bucket with a key of the first $w$ that does *not* hold
+# its answer (averaged over those 14 keys and the same number of draws).
+
+# %% tags=["skip-grading", "hide-input"]
+gen = torch.Generator().manual_seed(EVAL_SEED)
+seq = duplication_batch(512, gen).to(device)
+answer, other = [], []
+for _ in range(N_DRAWS):
+    rot = torch.randn(1, 64 // model.attns[1].n_heads, 2, generator=gen)
+    b = layer_buckets(model, seq, 1, rot)[0].cpu()                        # (n*H, T), one round
+    same = b[:, W_LEN + 1:2 * W_LEN + 1, None] == b[:, None, 1:W_LEN + 1]  # (n*H, query, key)
+    diag = torch.eye(W_LEN, dtype=torch.bool)
+    answer.append(same[:, diag].float().mean().item())
+    other.append(same[:, ~diag].float().mean().item())
+print(f"one round, layer 2: answer key {sum(answer) / N_DRAWS:.3f}, "
+      f"other keys of the first w {sum(other) / N_DRAWS:.3f}")
+glue("ch08_key_bucket_answer_page_1", sum(answer) / N_DRAWS)
+_ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
+
+# %% [markdown]
+# In the second layer, the key that holds the answer shares the query's
+# bucket in {glue:text}`ch08_key_bucket_1:.3f` of cases with one round,
+# {glue:text}`ch08_key_bucket_2:.3f` with two, {glue:text}`ch08_key_bucket_4:.3f`
+# with four and {glue:text}`ch08_key_bucket_8:.3f` with eight (averaged over
+# 4 draws of the rotations); independent uniform random buckets would give
+# $1 - (3/4)^r$: 0.25, 0.44, 0.68, 0.90 (arithmetic, not a measurement). The
+# measured control above, on this page's model with one round: a key of the
+# first $w$ that does not hold the answer shares the query's bucket in
+# {glue:text}`ch08_key_bucket_other_page_1:.3f` of cases, the answer key in
+# {glue:text}`ch08_key_bucket_answer_page_1:.3f` (same draws, other draws
+# than the count above). The two sets of draws on the same model give the
+# answer key {glue:text}`ch08_key_bucket_1:.3f` and
+# {glue:text}`ch08_key_bucket_answer_page_1:.3f`: the draws alone move this
+# rate, so a margin over other keys of that size is within the noise of this
+# one-model control. Keys that hold no answer also share the query's
+# bucket more often than 0.25 here, likely because buckets of unequal size
+# raise every pair's rate; so $1 - (3/4)^r$ understates the chance level, and the margin
+# of the answer key over it overstates what the hash adds. In the first layer:
+# {glue:text}`ch08_key_bucket_l1_1:.3f` with one round and
+# {glue:text}`ch08_key_bucket_l1_8:.3f` with eight. How far above $0.25$
+# depends on the trained model (the table below): with one round, in 8 of
+# 10 runs of each solution the second layer pairs the query with that key
+# more often than independent uniform buckets would, in the others less
+# often (so, by the control, likely below the chance level), and in no run
+# in more than 0.55 of cases. So hashing likely
+# carries the query somewhat towards the key it must copy (the control
+# against other keys is measured on this page's model only), but with one
+# round it misses that key
+# about half of the time or more, and more rounds raise the rate as they
+# would for random buckets. In the variant taught here a query also reads
+# every key of its window, bucket or not, so these counts do not show that
+# the model reads the answer through a shared bucket. Which keys the layers
+# do pair, and what the model needs, is exercise 8.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("answer_key_above_chance", "With one round, the second layer puts the key holding the answer "
+      "in the query's bucket more often than independent random buckets would (0.25), in at least "
+      "8 of 10 runs of each solution.",
+      lambda g: g["ch08_key_bucket_1"] > 0.25, at_least=0.8)
+claim("answer_key_one_round", "With one round, the second layer puts the key holding the answer in "
+      "the query's bucket in at most 0.55 of cases.",
+      lambda g: g["ch08_key_bucket_1"] <= 0.55)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({**{f"ch08_key_bucket_{r}": f"layer 2, {r} round(s)" for r in ROUNDS},
+        "ch08_key_bucket_l1_1": "layer 1, 1 round",
+        "ch08_key_bucket_l1_8": "layer 1, 8 rounds"}, digits=3)
+
+# %% [markdown]
 # ### Approximation error against rounds
 #
 # The same effect without training: 512 queries ($D = 64$) drawn around 32
 # cluster centres of norm 40 (noise of standard deviation 0.5 per feature), so
 # that attention is concentrated on a query's own cluster (how much, we
-# print); 32 buckets, chunks of 64.
-# We compare LSH attention with full shared-QK attention on the same inputs,
-# relative error $\lVert o_{LSH} - o_{full}\rVert / \lVert o_{full}\rVert$,
-# averaged over 5 draws of the rotations (seed 0).
+# print); chunks of 64 and 32 buckets, twice the paper's $2L/m = 16$ (we
+# also give the error with 16). The norm 40 is tuned to this chapter's score
+# scale, $q \cdot \hat k / \sqrt{D}$. We compare LSH attention with full
+# shared-QK attention on the same inputs, relative error
+# $\lVert o_{LSH} - o_{full}\rVert / \lVert o_{full}\rVert$, averaged over 5
+# draws of the rotations. The experiment `approximation(seed, threads)` draws
+# the clusters, the queries and the rotations from `seed`.
 
 # %% tags=["skip-grading", "hide-input"]
-g = seed_everything(0)
-centres = 40 * F.normalize(torch.randn(32, 64, generator=g), dim=-1)
-labels = torch.randint(0, 32, (1, 512), generator=g)                      # (1, 512)
-qk = centres[labels] + 0.5 * torch.randn(1, 512, 64, generator=g)         # (1, 512, 64)
-v = torch.randn(1, 512, 64, generator=g)
-full = full_shared_qk_attention(qk, v)
-errors, largest, same_in_window, mates_missed = {}, 0, [], []
-for r in (1, 2, 4, 8):
-    errs = []
-    for _ in range(5):
-        rot = torch.randn(r, 64, 16, generator=g)
-        errs.append(((lsh_attention(qk, v, rot, 64) - full).norm() / full.norm()).item())
-        for bk in lsh_hash(qk, rot)[:, 0]:                                # (512,) per round
-            sizes = torch.bincount(bk, minlength=32)                      # (32,)
-            largest = max(largest, int(sizes.max()))
-            sb = bk[sort_by_bucket(bk)[0]].reshape(8, 64)                 # (chunks, m) sorted
-            keys = torch.cat([sb, sb.roll(1, 0)], dim=1)                  # (chunks, 2m)
-            mates = (keys[:, None, :] == sb[:, :, None]).float()          # (chunks, m, 2m)
-            same_in_window.append(mates.mean().item())
-            mates_missed.append((1 - mates.sum(-1) / sizes[sb]).mean().item())
-    errors[r] = sum(errs) / len(errs)
-    print(f"{r} round(s): relative error {errors[r]:.3f}")
-    glue(f"ch08_approx_err_{r}", errors[r])
+@experiment("08_reformer")
+def approximation(seed: int = 0, threads: int = 1) -> dict:
+    """Relative error of LSH attention against full attention, by rounds; the oracle and the
+    bucket statistics behind it."""
+    torch.set_num_threads(threads)
+    g = seed_everything(seed)
+    centres = 40 * F.normalize(torch.randn(32, 64, generator=g), dim=-1)
+    labels = torch.randint(0, 32, (1, 512), generator=g)                      # (1, 512)
+    qk = centres[labels] + 0.5 * torch.randn(1, 512, 64, generator=g)         # (1, 512, 64)
+    v = torch.randn(1, 512, 64, generator=g)
+    full = full_shared_qk_attention(qk, v)
+    out, largest, same_in_window, mates_missed = {}, 0, [], []
+    for r in ROUNDS:
+        for n_buckets, tag in ((32, ""), (16, "b16_")):
+            errs = []
+            for _ in range(5):
+                rot = torch.randn(r, 64, n_buckets // 2, generator=g)
+                errs.append(((lsh_attention(qk, v, rot, 64) - full).norm() / full.norm()).item())
+                if n_buckets == 16:
+                    continue
+                for bk in lsh_hash(qk, rot)[:, 0]:                                # (512,) per round
+                    sizes = torch.bincount(bk, minlength=32)                      # (32,)
+                    largest = max(largest, int(sizes.max()))
+                    sb = bk[sort_by_bucket(bk)[0]].reshape(8, 64)   # (chunks, m) sorted
+                    keys = torch.cat([sb, sb.roll(1, 0)], dim=1)                  # (chunks, 2m)
+                    mates = (keys[:, None, :] == sb[:, :, None]).float()          # (chunks, m, 2m)
+                    same_in_window.append(mates.mean().item())
+                    mates_missed.append((1 - mates.sum(-1) / sizes[sb]).mean().item())
+            out[f"ch08_approx_err_{tag}{r}"] = sum(errs) / len(errs)
+    same = (labels[0, :, None] == labels[0, None, :]).float()                 # (512, 512)
+    k = F.normalize(qk[0], dim=-1)
+    scores = (qk[0] @ k.T / 8).fill_diagonal_(-1e5)                          # (512, 512)
+    oracle = scores.masked_fill(same == 0, float("-inf")).softmax(-1) @ v[0]  # (512, 64)
+    return {**out, "ch08_own_cluster_mass": (scores.softmax(-1) * same).sum(-1).mean().item(),
+            "ch08_oracle_err": ((oracle - full[0]).norm() / full.norm()).item(),
+            "ch08_largest_bucket": largest,
+            "ch08_mates_missed": sum(mates_missed) / len(mates_missed),
+            "ch08_window_same_bucket": sum(same_in_window) / len(same_in_window)}
 
-same = (labels[0, :, None] == labels[0, None, :]).float()                 # (512, 512)
-k = F.normalize(qk[0], dim=-1)
-scores = (qk[0] @ k.T / 8).fill_diagonal_(-1e5)                          # (512, 512)
-own_mass = (scores.softmax(-1) * same).sum(-1).mean().item()
-oracle = scores.masked_fill(same == 0, float("-inf")).softmax(-1) @ v[0]  # (512, 64)
-oracle_err = ((oracle - full[0]).norm() / full.norm()).item()
-window_frac = sum(same_in_window) / len(same_in_window)
-missed = sum(mates_missed) / len(mates_missed)
-print(f"full attention's weight on the query's own cluster: {own_mass:.3f}")
-print(f"oracle (attend exactly to the own cluster): relative error {oracle_err:.3f}")
-print(f"largest bucket: {largest} members (chunks of 64); "
-      f"keys in a query's window sharing its bucket: {window_frac:.3f}")
-print(f"members of a query's bucket outside its window (mean over queries): {missed:.3f}")
-glue("ch08_own_cluster_mass", own_mass)
-glue("ch08_oracle_err", oracle_err)
-glue("ch08_largest_bucket", largest)
-glue("ch08_mates_missed", missed)
-_ = glue("ch08_window_same_bucket", window_frac)
+# %% tags=["skip-grading", "hide-input"]
+approx_run = approximation(seed=0, threads=1)
+for r in ROUNDS:
+    print(f"{r} round(s): relative error {approx_run[f'ch08_approx_err_{r}']:.3f} (32 buckets), "
+          f"{approx_run[f'ch08_approx_err_b16_{r}']:.3f} (16 buckets)")
+print(f"full attention's weight on the query's own cluster: "
+      f"{approx_run['ch08_own_cluster_mass']:.3f}")
+print(f"oracle (attend exactly to the own cluster): relative error "
+      f"{approx_run['ch08_oracle_err']:.3f}")
+print(f"largest bucket: {approx_run['ch08_largest_bucket']} members (chunks of 64); "
+      f"keys in a query's window sharing its bucket: {approx_run['ch08_window_same_bucket']:.3f}")
+print(f"members of a query's bucket outside its window (mean over queries): "
+      f"{approx_run['ch08_mates_missed']:.3f}")
 
 # %% [markdown]
 # The relative error falls from {glue:text}`ch08_approx_err_1:.3f` with one
 # round to {glue:text}`ch08_approx_err_2:.3f` with two,
 # {glue:text}`ch08_approx_err_4:.3f` with four and
-# {glue:text}`ch08_approx_err_8:.3f` with eight. Where does the rest come
-# from? Full attention puts only {glue:text}`ch08_own_cluster_mass:.2f` of a
-# query's weight, on average, on the query's own cluster; an oracle that
-# attends exactly to the own cluster, and to nothing else, has a relative
-# error of {glue:text}`ch08_oracle_err:.3f`. So most of the error that
-# remains is the weight full attention spreads over other clusters, which
-# hashing by nearness is not built to find. LSH attention with four rounds
-# is about at this floor and with eight below it: in the variant taught
-# here a query also uses keys of other buckets in its window (only
+# {glue:text}`ch08_approx_err_8:.3f` with eight.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("error_falls", "The approximation error falls with every doubling of the rounds, with 32 "
+      "buckets and with 16.",
+      lambda g: all(g[f"ch08_approx_err_{t}{a}"] > g[f"ch08_approx_err_{t}{b}"]
+                    for t in ("", "b16_") for a, b in ((1, 2), (2, 4), (4, 8))))
+
+# %% [markdown]
+# Where does the rest come from? Full attention puts only
+# {glue:text}`ch08_own_cluster_mass:.2f` of a query's weight, on average, on
+# the query's own cluster; an oracle that attends exactly to the own
+# cluster, and to nothing else, has a relative error of
+# {glue:text}`ch08_oracle_err:.3f`. So most of the error that remains is the
+# weight full attention spreads over other clusters, which hashing by
+# nearness is not built to find. With eight rounds and 32 buckets LSH
+# attention gets below this floor, likely because in the variant taught here
+# a query also uses keys of other buckets in its window (we did not run the
+# control that masks them; keys repeated across rounds may contribute too;
+# only
 # {glue:text}`ch08_window_same_bucket:.2f` of a window's keys share the
 # query's bucket, averaged over all draws and rounds), and more rounds give
-# it more of them. Buckets longer than a chunk play a smaller part here:
-# the largest bucket in these draws had {glue:text}`ch08_largest_bucket`
-# members (chunks of 64), and, this attention not being causal, a query
-# missed on average {glue:text}`ch08_mates_missed:.3f` of its bucket's
-# members, those that fell outside its window of two chunks.
-#
+# it more of them. With the paper's 16 buckets, eight rounds give
+# {glue:text}`ch08_approx_err_b16_8:.3f`. Buckets longer than a chunk play a
+# smaller part here: the largest bucket in these draws had
+# {glue:text}`ch08_largest_bucket` members (chunks of 64), and, this
+# attention not being causal, a query missed on average
+# {glue:text}`ch08_mates_missed:.3f` of its bucket's members, those that fell
+# outside its window of two chunks.
+
+# %% tags=["skip-grading", "hide-input"]
+claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the oracle's; with "
+      "the paper's 16 buckets it is within 0.03 of it.",
+      lambda g: g["ch08_approx_err_8"] < g["ch08_oracle_err"]
+      and abs(g["ch08_approx_err_b16_8"] - g["ch08_oracle_err"]) <= 0.03)
+
+# %% tags=["skip-grading", "hide-input"]
+spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in ROUNDS},
+        "ch08_approx_err_b16_8": "error, 8 rounds, 16 buckets", "ch08_oracle_err": "oracle's error",
+        "ch08_own_cluster_mass": "full attention's weight on the own cluster",
+        "ch08_window_same_bucket": "window keys sharing the query's bucket",
+        "ch08_largest_bucket": "largest bucket (members)",
+        "ch08_mates_missed": "bucket members outside the window"}, digits=3)
+
+# %% [markdown]
 # ## Summary
 #
-# * Memory, not time, is what stops a Transformer first: the $L^2$ attention
-#   matrix, the activations of every layer, the $d_{ff}$-wide feed-forward.
+# * Three places hold a Transformer's training memory: the $L^2$ attention
+#   matrix when it is written out, the activations of every layer, the
+#   $d_{ff}$-wide feed-forward.
 # * **LSH attention** hashes shared queries/keys with random projections,
 #   sorts by bucket then position, and attends within chunks with one chunk
-#   of look-back: $O(L\,m)$ memory. Rounds are combined with softmax weights
-#   of their log-sum-exps; more rounds, smaller error.
+#   of look-back: $O(n_r L\,m)$ scores and memory, plus an $O(L \log L)$
+#   sort per round. Rounds are combined with softmax weights of their
+#   log-sum-exps; more rounds, smaller error, and more of the sequence seen.
+#   Exact attention with a fused kernel also avoids the $L^2$ memory; LSH's
+#   lasting edge over it is time at long $L$.
 # * **Reversible layers** rebuild their inputs from their outputs, so training
 #   memory is flat in depth, at the cost of recomputing every layer once.
 # * **Chunking** a position-wise layer along time cuts its peak memory and
-#   changes nothing else.
+#   changes nothing else; in training it saves memory only if each chunk is
+#   recomputed and backpropagated on its own, which we did not build.
+#
+# This chapter builds and measures the three fixes one by one; it never
+# assembles them into one Reformer, and so does not test the paper's
+# finding that shared QK and reversible layers cost no accuracy on its
+# tasks.
 #
 # ## Exercises
 #
@@ -1373,10 +1831,12 @@ _ = glue("ch08_window_same_bucket", window_frac)
 #    default is `n_buckets = 2 * (L // chunk_len)`)?
 # 5. Show that `combine_hash_rounds` gives exactly the softmax over the union
 #    of keys when the rounds' key sets are disjoint. What happens when they
-#    overlap (the paper counts duplicates)?
+#    overlap (the paper down-weights a key that appears in several rounds,
+#    subtracting $\log N_{ij}$ from its score)?
 # 6. Reversible layers trade memory for compute. How much more compute does a
-#    training step cost, and why is the inversion error of float32 no
-#    problem for training?
+#    training step cost? When is the inversion error of float32 harmless
+#    for training, and what would make it grow (see the weights x2 and x3
+#    above)?
 # 7. Chunking the feed-forward changes nothing in the output. Which layer of
 #    a Transformer could *not* be chunked along time this way?
 # 8. With `layer_buckets`, find which key a query of the second $w$ shares a

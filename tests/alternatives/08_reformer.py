@@ -160,15 +160,3 @@ class ReversibleStack(nn.Module):
 def chunked_feed_forward(ff, x, n_chunks):
     size = -(-x.shape[1] // n_chunks)
     return torch.cat(tuple(map(ff, torch.split(x, size, dim=1))), dim=1)
-
-
-# Tolerances: the reversible ratio and the inversion error are deterministic (rounding only);
-# the approximation error uses the same seeded rotations (float rounding only); the duplication
-# accuracies come from a training run whose float rounding differs between implementations.
-HEADLINES = {
-    "ch08_rev_12_over_2": 0.05,
-    "ch08_inv_err64": 1e-12,
-    "ch08_dup_acc_1": 0.08,
-    "ch08_dup_acc_4": 0.05,
-    "ch08_approx_err_8": 0.01,
-}
