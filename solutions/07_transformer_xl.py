@@ -1221,10 +1221,10 @@ plt.show()
 # **What is reproducible.** The check cells print the same numbers on every
 # machine. The experiments set their thread count and seed themselves; the
 # page runs them with seed 0 on one thread, and with the same code, seed and
-# threads a run repeats bit for bit on one machine. A second thread, another
-# correct solution, another CPU, a GPU or another library version changes
-# the float sums and so the trained models; the times also follow the
-# machine's load. So the text quotes this run's figures through `glue`, the
+# threads a run repeats bit for bit on one machine. A second thread changes
+# the float sums and so the trained models; another correct solution,
+# another CPU, a GPU or another library version can too; the times also
+# follow the machine's load. So the text quotes this run's figures through `glue`, the
 # tables give their range over the 20 runs of the claims check, and every
 # conclusion is a claim checked on all 20.
 #
