@@ -1067,7 +1067,7 @@ for key, name in [("xl_long", "XL"), ("vanilla_long", "vanilla")]:
 # the code fixed, a run repeats bit for bit on one machine. A second thread
 # changes the order of float sums, and training amplifies the difference:
 # XL's figures move a lot with the thread count (its accuracy on relay
-# queries most), the vanilla model's little, and at some seeds not at all.
+# queries most), the vanilla model's much less.
 # The independent solution gave the same bits as this one in every run
 # (the timings aside): it computes the same sums in the same order. A
 # solution that rounds differently, another CPU, a GPU or another library
