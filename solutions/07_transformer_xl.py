@@ -1207,8 +1207,8 @@ spread({f"ch07_speedup_{c}": f"speed-up at C = {c}" for c in CONTEXTS}
 # 5's KV cache stores keys and values and so avoids the re-projection. XL's
 # keys $k_j = W_{k,E} h_j$ carry no position, since positions enter only
 # through $r$, recomputed at every call, so at evaluation caching keys and
-# values would give the same scores and skip the re-projection. XL stores
-# states for training: the current $W_k$ and $W_v$, which the loss updates,
+# values would give the same scores and skip the re-projection. Storing
+# states serves training: the current $W_k$ and $W_v$, which the loss updates,
 # project the memory at every step, so the loss trains them on the memory's
 # keys and values too, although the states themselves are detached.)
 
