@@ -870,12 +870,15 @@ from attnkit.glue import glue
 SEGMENT_READINGS = ("vanilla_seg", "vanilla_mem", "xl")   # read in segments of SEG, as in training
 xl_run = recall(seed=0, threads=1)
 reach = xl_run["ch07_far_reachable"]
-glue("ch07_far_ceiling", reach + (1 - reach) / N_VALUES)     # reachable answered, chance on the rest
+# reachable answered, chance on the rest
+glue("ch07_far_ceiling", reach + (1 - reach) / N_VALUES)
 for name, s in xl_run["seconds"].items():
     loss = xl_run[f"ch07_loss_{name.lower()}"]
     print(f"{name}: {STEPS} steps in {s:.0f} s, final loss {loss:.3f}")
-for key, label in READINGS.items():      # hop and relay only where i is the query's segment index
-    bands = ("near", "mid", "far", "hop", "relay") if key in SEGMENT_READINGS else ("near", "mid", "far")
+# hop and relay only where i is the query's segment index
+for key, label in READINGS.items():
+    bands = (("near", "mid", "far", "hop", "relay") if key in SEGMENT_READINGS
+             else ("near", "mid", "far"))
     print(f"{label:47s}" + "".join(f"  {w} {xl_run[f'ch07_acc_{key}_{w}']:.2f}" for w in bands))
 
 fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -1025,7 +1028,8 @@ claim("long_memory_one_hop", "Read with a memory of 48 and the same length for e
 # this run only (seed 0, one thread), not in the claims check.
 
 # %% tags=["skip-grading", "hide-input"]
-def older_value_in_view(tokens: torch.Tensor, dist: torch.Tensor, back: torch.Tensor) -> torch.Tensor:
+def older_value_in_view(tokens: torch.Tensor, dist: torch.Tensor,
+                        back: torch.Tensor) -> torch.Tensor:
     """(B, L) bool: at a query, a value token other than its own lies 1 to `back` tokens back."""
     is_value = ((tokens >= N_NOISE) & (tokens < N_NOISE + N_VALUES)).long()
     before = F.pad(is_value.cumsum(1), (1, 0))                  # before[:, p]: values in [0, p)
@@ -1039,8 +1043,9 @@ eval_tokens, eval_dist = (t.to(device) for t in recall_stream(
 read = eval_dist[:, :-1]                                 # the queries the readings score
 near_q = (read >= 1) & (read < SEG)
 older = older_value_in_view(eval_tokens, eval_dist, torch.tensor(LONG_MEM))[:, :-1]
-older_train = older_value_in_view(eval_tokens, eval_dist,
-                                  MEM + torch.arange(eval_tokens.shape[1], device=device) % SEG)[:, :-1]
+older_train = older_value_in_view(
+    eval_tokens, eval_dist,
+    MEM + torch.arange(eval_tokens.shape[1], device=device) % SEG)[:, :-1]
 glue("ch07_near_older_share", (older & near_q).sum().item() / near_q.sum().item())
 mid_q = (read >= SEG) & (read < 2 * SEG)
 glue("ch07_mid_older_share", (older & mid_q).sum().item() / mid_q.sum().item())
@@ -1053,7 +1058,8 @@ for key, name in [("xl_long", "XL"), ("vanilla_long", "vanilla")]:
                                            1, LONG_MEM)
     near = QUERIES["near"]
     acc_old = (correct_old[near].sum() / count_old[near].sum()).item()
-    acc_clear = ((correct_all - correct_old)[near].sum() / (count_all - count_old)[near].sum()).item()
+    acc_clear = ((correct_all - correct_old)[near].sum()
+                 / (count_all - count_old)[near].sum()).item()
     glue(f"ch07_{key}_near_older", acc_old)
     glue(f"ch07_{key}_near_clear", acc_clear)
     print(f"{READINGS[key]}, near band: older value in view {acc_old:.2f} "
