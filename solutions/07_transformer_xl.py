@@ -135,8 +135,8 @@ _ = torch.manual_seed(0)
 # divided by $\sqrt{d_k}$ as usual. In multi-head attention $u$ and $v$ have
 # one $d_k$-vector per head, shared by all positions (we give every layer
 # its own pair; the paper's PyTorch code always shares them across layers,
-# its TensorFlow code by default, though its released WT103 scripts untie
-# them; both work).
+# its TensorFlow code by default, though its released WT103 and One Billion
+# Word scripts untie them; both work).
 #
 # ### The rel-shift trick
 #
@@ -921,7 +921,8 @@ claim("fragmentation", "Read segment by segment, the vanilla model is at chance 
 # %% [markdown]
 # The sliding window gives every query its 15 predecessors (the window is the
 # query and the 15 tokens before it), and so is right up to $d = 15$, but
-# nothing further, at 16 times the calls.
+# nothing further, at 16 times the computation (a 16-token window per
+# query).
 
 # %% tags=["skip-grading", "hide-input"]
 claim("window_reach", "The sliding window of 16 answers the near band (at least 0.95) and is at "
@@ -984,14 +985,16 @@ claim("xl_far_beats_control", "XL's far band beats the control's by at least 0.1
 # %% [markdown]
 # **A longer memory at evaluation.** The paper trains with $M$ equal to the
 # segment length and evaluates with a memory several times longer. Its
-# released code adds a flag, `same_length`, which its evaluation scripts
-# set: every query attends to the same number of keys, the $M$ most recent,
+# released code adds a flag, `same_length`, which most of its evaluation
+# scripts set (all those of its `tf/sota` folder): every query attends to the same number of keys, the $M$ most recent,
 # instead of $M + i$. Those scripts read segments of 32 to 128 tokens with
 # memories of 128 to 3,800. We do the same without changing the model: the
 # last row reads one token per call with a memory of 48 states, so every
 # query, in each layer, sees itself and exactly the 48 states before it.
-# That is what `same_length` gives with a memory of 49 in the released code's
-# convention, where a query sees `mem_len` keys, itself included.
+# That is what `same_length` gives with a memory of 49 in the released
+# PyTorch code's convention, where a query sees `mem_len` keys, itself
+# included; its TensorFlow code shows a query `mem_len` + 1 keys, itself
+# included, so there it is a memory of 48.
 # All of the far band is then within one hop, and XL's far band goes from
 # {glue:text}`ch07_acc_xl_far:.2f` to {glue:text}`ch07_acc_xl_long_far:.2f`.
 # The vanilla model read the same way reaches
@@ -1232,9 +1235,10 @@ claim("speedup_grows", "The speed-up of the cache is larger than 1 at every cont
 # %% [markdown]
 # A model this small does not stay between the two. A call costs more than
 # its arithmetic (building masks and the float64 position table in every
-# layer, Python overhead), and that cost need not be the same for a window
-# and a segment, which can push the speed-up above $C$; the CPU time of calls
-# this short is noisy, which can push it below the FLOP ratio. In every
+# layer, Python overhead), and a segment call with its memory costs at least
+# as much of it as a window call, which pulls the speed-up from the FLOP
+# ratio towards $C$; the CPU time of calls this short is noisy, which can
+# push it above $C$ or below the FLOP ratio. In every
 # recorded run the speed-up lies between the two at two or more of the five
 # contexts, not always at all of them; the range over runs in the table shows
 # how far it strays. The robust reading is the trend: in every recorded run
