@@ -921,8 +921,8 @@ claim("fragmentation", "Read segment by segment, the vanilla model is at chance 
 # %% [markdown]
 # The sliding window gives every query its 15 predecessors (the window is the
 # query and the 15 tokens before it), and so is right up to $d = 15$, but
-# nothing further, at 16 times the computation (a 16-token window per
-# query).
+# nothing further, at 16 times the computation per predicted token (a
+# 16-token window per query, against one token's work in a segment).
 
 # %% tags=["skip-grading", "hide-input"]
 claim("window_reach", "The sliding window of 16 answers the near band (at least 0.95) and is at "
@@ -986,7 +986,8 @@ claim("xl_far_beats_control", "XL's far band beats the control's by at least 0.1
 # **A longer memory at evaluation.** The paper trains with $M$ equal to the
 # segment length and evaluates with a memory several times longer. Its
 # released code adds a flag, `same_length`, which most of its evaluation
-# scripts set (all those of its `tf/sota` folder): every query attends to the same number of keys, the $M$ most recent,
+# scripts set (all those of its `tf/sota` folder):
+# every query attends to the same number of keys, the $M$ most recent,
 # instead of $M + i$. Those scripts read segments of 32 to 128 tokens with
 # memories of 128 to 3,800. We do the same without changing the model: the
 # last row reads one token per call with a memory of 48 states, so every
@@ -1236,9 +1237,9 @@ claim("speedup_grows", "The speed-up of the cache is larger than 1 at every cont
 # A model this small does not stay between the two. A call costs more than
 # its arithmetic (building masks and the float64 position table in every
 # layer, Python overhead), and a segment call with its memory costs at least
-# as much of it as a window call, which pulls the speed-up from the FLOP
-# ratio towards $C$; the CPU time of calls this short is noisy, which can
-# push it above $C$ or below the FLOP ratio. In every
+# as much of it as a window call, so overhead cannot push the speed-up above
+# $C$; the CPU time of calls this short is noisy, which can push it above $C$
+# or below the FLOP ratio. In every
 # recorded run the speed-up lies between the two at two or more of the five
 # contexts, not always at all of them; the range over runs in the table shows
 # how far it strays. The robust reading is the trend: in every recorded run
