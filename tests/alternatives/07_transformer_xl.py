@@ -105,12 +105,3 @@ class XLLayer(nn.Module):
         ff = F.linear(F.relu(F.linear(mid, self.linear1.weight, self.linear1.bias)),
                       self.linear2.weight, self.linear2.bias)
         return _ln(self.norm2, mid + ff), update_memory(memory, x, mem_len)
-
-
-HEADLINES = {
-    "ch07_acc_vanilla_win_near": 0.1,
-    "ch07_acc_vanilla_seg_mid": 0.1,
-    "ch07_acc_xl_near": 0.1,
-    "ch07_acc_vanilla_mem_near": 0.1,
-    "ch07_acc_xl_mid": 0.2,
-}
