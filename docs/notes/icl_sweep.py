@@ -10,13 +10,16 @@ Tasks (vocabulary: NK letters then NY labels):
          tokens (over all NK + NY) in which a segment of random length 3..P at a random place
          is written twice in a row; loss on the second copy (from its 2nd token); the rest is fs.
          (A first version repeated a whole half at a fixed offset P: the model learned a
-         positional copy, 'attend to t - P', and nothing transferred; run G below.)
+         positional copy, 'attend to t - P', and nothing transferred: run G in i31.md.)
 Measured: the ICL score (loss on the last pair's label minus the second pair's, on 256 held-out
 fs sequences) every EV steps, the switch (first eval where it reaches half its final value),
 training CPU seconds (time.process_time, evals excluded), and 0/1/2/4/8-shot accuracy on 1000
-fresh prompts (n shots then a query letter; argmax over the labels; chance 1/NY).
+fresh prompts (n shots then a query letter; argmax over the labels; chance 1/NY); per head,
+prefix matching, previous-token score and the 8-shot accuracy with that head zeroed.
+Results and the recommended configuration: docs/notes/i31.md (session of 2026-11-24 night).
 
-Usage: python icl_sweep.py "dict(task='fs', L=2, steps=800)" "dict(L=1, steps=800)" ...
+Usage: python icl_sweep.py "dict(task='mix', MLP=0, steps=500, seed=0)" \
+                           "dict(task='mix', MLP=0, L=1, steps=500, seed=0)" ...
 """
 import math
 import sys
