@@ -806,19 +806,17 @@ D_MODEL, N_HEADS, STEPS, WARMUP, LR, BATCH, EVAL_EVERY = 64, 4, 500, 100, 3e-3, 
 
 
 class AttnOnlyBlock(nn.Module):
-    """GPTBlock without the MLP: x + attn(ln1(x)). Keeps ln1(x) to recompute the weights."""
+    """GPTBlock without the MLP: x + attn(norm(x)). Keeps norm(x) to recompute the weights."""
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = n_heads
-        self.ln1 = nn.LayerNorm(d_model)
+        self.n_heads, self.seen = n_heads, None
+        self.norm = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, n_heads)             # your class
-        self.seen = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.ln1(x)
-        self.seen = h.detach()
-        return x + self.attn(h)[0]
+        self.seen = self.norm(x)
+        return x + self.attn(self.seen)[0]
 
     def weights(self) -> torch.Tensor:
         """(B, H, T, T) causal attention weights of the last forward, from w_q and w_k."""
@@ -829,23 +827,23 @@ class AttnOnlyBlock(nn.Module):
 
 
 class AttnOnlyGPT(nn.Module):
-    """Token and learned position embeddings, n_layers AttnOnlyBlock, final LayerNorm, head."""
+    """Token and learned position embeddings, n_layers AttnOnlyBlock, then the unembedding:
+    the final LayerNorm and the head."""
 
     def __init__(self, vocab_size: int, n_layers: int, d_model: int = D_MODEL,
                  n_heads: int = N_HEADS, max_len: int = 2 * N_PAIRS) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.tok_embed = nn.Embedding(vocab_size, d_model)
-        self.pos_embed = nn.Embedding(max_len, d_model)
+        self.embed = nn.ModuleDict({"token": nn.Embedding(vocab_size, d_model),
+                                    "position": nn.Embedding(max_len, d_model)})
         self.blocks = nn.ModuleList(AttnOnlyBlock(d_model, n_heads) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.unembed = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size, bias=False))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embed(tokens) + self.pos_embed(torch.arange(tokens.shape[1]))
+        x = self.embed["token"](tokens) + self.embed["position"].weight[: tokens.shape[1]]
         for block in self.blocks:
-            h = block(h)
-        return self.head(self.ln_f(h))                                  # (B, T, V)
+            x = block(x)
+        return self.unembed(x)                                          # (B, T, V)
 
 
 @contextlib.contextmanager
@@ -899,10 +897,10 @@ def mixed_loss(model: nn.Module, gen: torch.Generator) -> torch.Tensor:
 def copying_score(model: AttnOnlyGPT, layer: int, h: int) -> float:
     """sum(eigenvalues) / sum(|eigenvalues|) of the head's token -> logit path."""
     block = model.blocks[layer]
-    D = model.tok_embed.weight.shape[1]
-    cols = slice(h * D // model.n_heads, (h + 1) * D // model.n_heads)
-    ov = (model.tok_embed.weight * block.ln1.weight) @ block.attn.w_v.weight[cols].T   # (V, d_k)
-    path = (ov @ block.attn.w_o.weight[:, cols].T * model.ln_f.weight) @ model.head.weight.T
+    emb, (norm_f, head) = model.embed["token"].weight, model.unembed               # (V, D)
+    cols = slice(h * emb.shape[1] // model.n_heads, (h + 1) * emb.shape[1] // model.n_heads)
+    ov = (emb * block.norm.weight) @ block.attn.w_v.weight[cols].T                  # (V, d_k)
+    path = (ov @ block.attn.w_o.weight[:, cols].T * norm_f.weight) @ head.weight.T  # (V, V)
     ev = torch.linalg.eigvals(path)                                        # (V,) complex
     return (ev.sum().real / ev.abs().sum()).item()
 
@@ -1392,7 +1390,7 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 #    `prefix_matching_score`: does an induction head form? Then try a
 #    quarter of repeated sequences instead of a half. (Open: no grader.)
 # 2. **Post-norm.** Rewrite the attention-only block in GPT-1's post-norm
-#    form, `x = ln1(x + attn(x))` (no final LayerNorm), and train it again
+#    form, `x = norm(x + attn(x))` (no final LayerNorm), and train it again
 #    without the warm-up. What happens to the switch?
 # 3. **Fine-tuning head.** Add GPT-1's linear head on the last position
 #    of the trained 2-layer model and fine-tune it to classify whether a
