@@ -668,7 +668,7 @@ print(prefix_matching_score(toy, torch.tensor([[5, 6, 5]])))   # tensor([1., 0.]
 # shown as answers, or whether the query letter was shown, each leave every
 # letter at probability 1/8; only their combination, or full copying,
 # pays, so the first step needs two pieces at once, each useless alone,
-# and gradient descent did not find it. With 16 labels, one single feature
+# and in that version's runs gradient descent did not find it. With 16 labels, one single feature
 # does help: a label already shown is likelier than one not shown, so a
 # model that only *counts* which labels its context holds beats chance.
 # That step is easy, and a model takes it; but beyond it, only copying
@@ -688,9 +688,10 @@ print(prefix_matching_score(toy, torch.tensor([[5, 6, 5]])))   # tensor([1., 0.]
 # copying predicts anything: a random token has loss $\ln 24$, and a model
 # that copies predicts every token of the second copy, so copying pays at
 # every position of the copy and there is no counting shortcut. The
-# random length and place matter: in an earlier run with a whole half
-# repeated at a fixed offset, the model learned "attend 16 positions back",
-# a positional copy, and nothing carried over to the few-shot task.
+# random length and place matter: in an earlier run (not repeated on this
+# page) with a whole half repeated at a fixed offset, the model learned to
+# copy from a fixed distance back, a positional copy, and nothing carried
+# over to the few-shot task.
 # The other half of every batch is the few-shot task, whose format the
 # model must also learn; the two losses are averaged.
 
@@ -1143,9 +1144,9 @@ plt.show()
 # %% [markdown]
 # In this run {glue:text}`ch05_n_induction:.0f` of layer 2's 4 heads have
 # a prefix-matching score above 0.5 (the highest,
-# {glue:text}`ch05_max_prefix:.2f`), and they are copiers: the smallest of
-# their copying scores is {glue:text}`ch05_min_copy_induction:.3f` (1 is the
-# most a head can have). In layer 1 one head, head {glue:text}`ch05_prev_head:.0f`,
+# {glue:text}`ch05_max_prefix:.2f`), and they copy: their copying scores
+# are positive, the smallest {glue:text}`ch05_min_copy_induction:.3f` (1 is
+# the most a head can have). In layer 1 one head, head {glue:text}`ch05_prev_head:.0f`,
 # attends to the previous position with weight
 # {glue:text}`ch05_prev_score:.2f` on average, against at most
 # {glue:text}`ch05_prev_others:.2f` for the other three: the
@@ -1175,6 +1176,11 @@ claim("prev_token_head_needed", "Zeroing layer 1's previous-token head drops 8-s
 claim("other_head_not_needed", "Zeroing another layer-1 head leaves 8-shot accuracy within 0.05 "
       "of the intact model's.",
       lambda g: g["ch05_abl_other"] >= g["ch05_acc_8shot"] - 0.05)
+claim("induction_heads_redundant", "Zeroing any single induction head leaves 8-shot accuracy within "
+      "0.05 of the intact model's.",
+      lambda g: g["ch05_abl_single_min"] >= g["ch05_acc_8shot"] - 0.05)
+claim("induction_heads_copy", "Every induction head has a positive copying score.",
+      lambda g: g["ch05_min_copy_induction"] > 0)
 claim("no_induction_in_one_layer", "The 1-layer control has no head with prefix matching above "
       "0.5.",
       lambda g: g["ch05_max_prefix_1l"] < 0.5)
