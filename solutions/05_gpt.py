@@ -838,7 +838,8 @@ class AttnOnlyGPT(nn.Module):
         self.embed = nn.ModuleDict({"token": nn.Embedding(vocab_size, d_model),
                                     "position": nn.Embedding(max_len, d_model)})
         self.blocks = nn.ModuleList(AttnOnlyBlock(d_model, n_heads) for _ in range(n_layers))
-        self.unembed = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size, bias=False))
+        self.unembed = nn.Sequential(nn.LayerNorm(d_model),
+                                     nn.Linear(d_model, vocab_size, bias=False))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed["token"](tokens) + self.embed["position"].weight[: tokens.shape[1]]
@@ -866,7 +867,8 @@ def zeroed(model: AttnOnlyGPT, heads: list[tuple[int, int]]):
 
 
 @torch.no_grad()
-def shot_accuracy(model: nn.Module, n_shots: int, n: int = 2000, seed: int = 7) -> tuple[float, float]:
+def shot_accuracy(model: nn.Module, n_shots: int, n: int = 2000,
+                  seed: int = 7) -> tuple[float, float]:
     """(model accuracy, ideal copier's expected accuracy) on n prompts: n_shots pairs of a new
     f, then a query letter; the prediction is the most probable label."""
     seq = icl_batch(n, n_shots + 1, gen=torch.Generator().manual_seed(seed + n_shots))
@@ -977,7 +979,8 @@ def icl(seed: int = 0, threads: int = 1) -> dict:
     out["ch05_abl_prev"] = out[f"ch05_abl_l1h{prev_head}"]
     out["ch05_abl_other"] = out[f"ch05_abl_l1h{other_head}"]
     out["ch05_abl_single_min"] = min((out[f"ch05_abl_l2h{h}"] for h in induction), default=-1.0)
-    out["ch05_min_copy_induction"] = min((out[f"ch05_copy_l2h{h}"] for h in induction), default=-1.0)
+    out["ch05_min_copy_induction"] = min((out[f"ch05_copy_l2h{h}"] for h in induction),
+                                         default=-1.0)
     return out | {"runs": runs, "repeats": repeats, "induction": induction}
 
 
@@ -1013,9 +1016,11 @@ ax.legend(fontsize=8)
 ax = axes[1]
 for n_layers, style in ((2, "-"), (1, "--")):
     steps, score = zip(*runs[n_layers]["curve"])
-    ax.plot(steps, score, style, marker=".", label=f"ICL score, {n_layers} layer{'s' * (n_layers > 1)}")
+    ax.plot(steps, score, style, marker=".",
+            label=f"ICL score, {n_layers} layer{'s' * (n_layers > 1)}")
 smooth = torch.tensor(runs[2]["losses"]).unfold(0, 10, 1).mean(1)
-ax.plot(range(10, STEPS + 1), smooth, lw=0.8, alpha=0.7, label="training loss, 2 layers (mean of 10)")
+ax.plot(range(10, STEPS + 1), smooth, lw=0.8, alpha=0.7,
+        label="training loss, 2 layers (mean of 10)")
 ax.axvline(out["ch05_switch_step"], color="red", lw=0.8)
 ax.annotate(f"switch: step {out['ch05_switch_step']}", xy=(out["ch05_switch_step"], 0.5),
             xytext=(out["ch05_switch_step"] + 20, 1.5), color="red", fontsize=8)
@@ -1176,8 +1181,8 @@ claim("prev_token_head_needed", "Zeroing layer 1's previous-token head drops 8-s
 claim("other_head_not_needed", "Zeroing another layer-1 head leaves 8-shot accuracy within 0.05 "
       "of the intact model's.",
       lambda g: g["ch05_abl_other"] >= g["ch05_acc_8shot"] - 0.05)
-claim("induction_heads_redundant", "Zeroing any single induction head leaves 8-shot accuracy within "
-      "0.05 of the intact model's.",
+claim("induction_heads_redundant", "Zeroing any single induction head leaves 8-shot accuracy "
+      "within 0.05 of the intact model's.",
       lambda g: g["ch05_abl_single_min"] >= g["ch05_acc_8shot"] - 0.05)
 claim("induction_heads_copy", "Every induction head has a positive copying score.",
       lambda g: g["ch05_min_copy_induction"] > 0)
