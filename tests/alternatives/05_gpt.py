@@ -175,13 +175,4 @@ def prefix_matching_score(attn, tokens):
     return total / count if count > 0 else torch.zeros_like(total)
 
 
-HEADLINES = {
-    "ch05_acc_0shot": 0.08,
-    "ch05_acc_8shot": 0.15,
-    "ch05_zero_shot_marker": 0.15,
-    "ch05_max_gap": 0.06,
-    "ch05_identical": 0.0,
-    "ch05_top_answer_share": 0.2,
-    "ch05_plateau": 0.06,
-    "ch05_predicted_500": 1e-9,
-}
+HEADLINES = {}   # the chapter's claims test this solution (tests/claims/05_gpt.json)
