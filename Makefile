@@ -35,7 +35,7 @@ check-sync: setup
 test: setup        ## every test: generation, graders' self-test, sandbox, batch
 	$(PY) -m pytest -q
 
-test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean, same headline figures
+test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean (its claims: make claims)
 	$(PY) -m course alternatives
 
 claims: setup      ## each chapter's experiment over 5 seeds x reference/alternative x 1/2 threads (cached in tests/claims/); every claim checked

@@ -1013,8 +1013,8 @@ _final = runs[2]["curve"][-1][1]
 _s20 = next(s for s, sc in runs[2]["curve"] if sc <= 0.2 * _final)
 _s80 = next(s for s, sc in runs[2]["curve"] if sc <= 0.8 * _final)
 glue("ch05_switch_width", _s80 - _s20)
-glue("ch05_prev_others", max(out[f"ch05_prev_l1h{h}"] for h in range(N_HEADS)
-                             if h != out["ch05_prev_head"]))
+_ = glue("ch05_prev_others", max(out[f"ch05_prev_l1h{h}"] for h in range(N_HEADS)
+                                 if h != out["ch05_prev_head"]))
 
 # %% tags=["skip-grading", "hide-input"]
 import matplotlib.pyplot as plt

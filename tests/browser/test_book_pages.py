@@ -22,6 +22,7 @@ RAW_MATH_LEFT = """() => {
 OVERFLOWING_CODE = """() => [...document.querySelectorAll('div.cell_input pre, div.highlight pre')]
   .filter(p => p.innerText.split('\\n').every(l => l.length <= 100))
   .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.innerText.slice(0, 80))"""
+RAW_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*\|[-:|\u2014 ]*\|")   # "| a | b | |---|---|" on one line
 BROKEN_IMAGES = """() => [...document.images]
   .filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src'))"""
 
@@ -51,6 +52,9 @@ def test_page_renders_offline(page, site, name):
         "\n".join(errors.all_inner_texts())[:2000]
     outputs = "\n".join(page.locator(".cell_output").all_inner_texts())
     assert "Traceback (most recent call last)" not in outputs, f"{name}: a traceback is shown"
+    raw_tables = [line for line in outputs.splitlines() if RAW_TABLE_ROW.match(line)]
+    assert not raw_tables, f"{name}: a Markdown table shown as raw text (nb_render_markdown_format " \
+        f"in _config.yml):\n" + "\n".join(raw_tables[:3])
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name.replace('/', '__')}.png"), full_page=True)
     assert page.errors == [], f"{name}: " + "\n".join(page.errors)
