@@ -161,15 +161,23 @@ def _run(chapter: str, implementation: str, seeds: list[int] | None = None) -> l
         out = Path(tmp) / "runs.json"
         # OpenMP threads that spin while they wait make a 2-thread run 20-50x slower on a loaded machine;
         # passive waiting gives the same numbers (it changes no reduction order).
-        env = dict(os.environ, ATTNKIT_PROGRESS="off", MPLBACKEND="Agg", OMP_WAIT_POLICY="PASSIVE")
+        # The check's runs are CPU runs on every machine (pick_device() gives the CPU): a GPU changes the
+        # figures, and CPU-time figures would count only kernel launches.
+        env = dict(os.environ, ATTNKIT_PROGRESS="off", MPLBACKEND="Agg", OMP_WAIT_POLICY="PASSIVE",
+                   ATTNKIT_DEVICE="cpu")
         import course.alternatives
         import course.exercises
         where = (str(out), str(course.exercises.SOLUTIONS), str(course.alternatives.ALTERNATIVES), seeds)
         code = f"from course.claims import work; work({chapter!r}, {implementation!r}, *{where!r})"
-        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"the claims run of {chapter} ({implementation}) failed:\n{proc.stderr[-4000:]}")
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        tail = ""
+        for line in proc.stderr:       # each run's line as it ends: a long refresh shows progress
+            if line.startswith(f"{chapter} {implementation} "):
+                print(line.rstrip(), flush=True)
+            tail = (tail + line)[-4000:]
+        if proc.wait():
+            raise RuntimeError(f"the claims run of {chapter} ({implementation}) failed:\n{tail}")
         return json.loads(out.read_text())
 
 

@@ -930,14 +930,12 @@ print("T5 round trip ok")
 # PyTorch uses; it changes the results too, since two threads add the same
 # numbers in another order and the rounding differences grow over 600
 # steps. This page runs it once, with seed 0 and one thread. The *claims
-# check* (`python -m course claims 06`) runs it for seeds 0 and 1, with one
-# thread, with this solution and with another correct one,
-# whose `mlm_mask` and `nsp_pairs` draw their random numbers differently,
-# and checks every claim below on each run. That is fewer runs than the
-# other chapters' checks (5 seeds, 1 and 2 threads): pre-training two models
-# takes minutes, and 20 runs would take about 90 CPU-minutes, more than the
-# course's CI can spend. So a claim below is what held on these four runs,
-# not a promise for every seed or thread count. A figure of this page is
+# check* (`python -m course claims 06`) runs it for seeds 0 to 4, with one
+# and with two threads, with this solution and with another correct one,
+# whose `mlm_mask` and `nsp_pairs` draw their random numbers differently
+# (20 runs, about 30 CPU-minutes, recorded in `tests/claims/06_bert.json`
+# and re-run only when this code changes), and checks every claim below on
+# each run. A figure of this page is
 # reproduced bit for bit only with the same seed, thread count and machine,
 # and with a `BertEmbeddings` that draws no random numbers beyond its
 # layers' and an `mlm_mask` and an `nsp_pairs` that draw from their
@@ -1180,8 +1178,7 @@ def bootstrap(diff_of, n: int = N_BOOT) -> tuple[float, float]:
     return values[int(0.025 * n)].item(), values[int(0.975 * n) - 1].item()
 
 
-# 5 seeds x 2 thread counts would take ~90 CPU-minutes, over CI's budget
-@experiment("06_bert", seeds=2, threads=(1,))
+@experiment("06_bert")
 def masking_rules(seed: int = 0, threads: int = 1) -> dict:
     """Pre-train TinyBert with the 80/10/10 rule and with 100% [MASK] (seed `seed`: the NSP pairs,
     the weights, the batches and the masks; `threads` CPU threads) and read both models."""
@@ -1363,9 +1360,10 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # names in four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. In
 # this run the contextual rows of the 80/10/10 model score
 # {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`.
-# Over the runs of the check the best of them ranges from less than a
-# point below the embeddings to far above them (the table above gives each
-# row's range):
+# Over the runs of the check the best of them ranges from a few points
+# below the embeddings (in those runs every contextual row scores below
+# them) to far above them (the table above gives each row's range; claims
+# below):
 # after 600 steps the encoder is early in training, and how much of the cue
 # it carries into a name's state depends on the run (exercise 7 trains
 # longer). The
@@ -1384,8 +1382,9 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
 # is {glue:text}`ch06_rank_concat`), and the control row says what to
 # make of any gain: projected on 32 principal components, as narrow as one layer, it
-# scores {glue:text}`ch06_f1_concat_pca:.1f`, no better than the last layer
-# alone. So the concatenation's gain, if any (its interval above may
+# scores {glue:text}`ch06_f1_concat_pca:.1f`, and over the runs of the
+# check never more than 2 F1 above the last layer alone (claim below), well
+# inside the width of the intervals above. So the concatenation's gain, if any (its interval above may
 # include 0), does not survive projection to 32 principal components. That
 # does not tell width from information: extra inputs help a linear tagger
 # only if they carry something not linearly readable from the last layer.
@@ -1402,12 +1401,15 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # six choices.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("context_never_hurts_much", "The best contextual row of the 80/10/10 model is never more "
-      "than 1 F1 below its embeddings (how far above them it is changes from run to run).",
-      lambda g: g["ch06_f1_best"] - g["ch06_f1_embedding"] >= -1)
+claim("context_sometimes_below", "In some runs (at least 1 in 10) every contextual row of the "
+      "80/10/10 model scores below its embeddings.",
+      lambda g: g["ch06_f1_best"] < g["ch06_f1_embedding"], at_least=0.1)
+claim("context_sometimes_far_above", "In some runs (at least 1 in 10) the best contextual row of "
+      "the 80/10/10 model scores more than 10 F1 above its embeddings.",
+      lambda g: g["ch06_f1_best"] > g["ch06_f1_embedding"] + 10, at_least=0.1)
 claim("concat_gain_gone_in_pca", "The concatenation projected to the width of one layer scores no "
-      "more than 1 F1 above the last layer.",
-      lambda g: g["ch06_f1_concat_pca"] <= g["ch06_f1_last"] + 1)
+      "more than 2 F1 above the last layer (within the dev set's noise).",
+      lambda g: g["ch06_f1_concat_pca"] <= g["ch06_f1_last"] + 2)
 
 # %% [markdown]
 # ### Why 80/10/10: real tokens
@@ -1502,9 +1504,10 @@ claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM he
 claim("word_in_representation", "A linear probe reads the word from the 100%-[MASK] model's last "
       "layer at 90% or more.",
       lambda g: g["ch06_ident_last_allmask"] >= 90)
-claim("replaced_tokens_corrected", "Both heads name the original word at more than 10% of the "
-      "randomly replaced tokens (a head that trusted its input would almost never).",
-      lambda g: min(g["ch06_probe_replaced_801010"], g["ch06_probe_replaced_allmask"]) > 10)
+claim("replaced_tokens_corrected", "Both heads name the original word at more than 8% of the "
+      "randomly replaced tokens, above always answering 'and' (a head that trusted its input "
+      "would almost never).",
+      lambda g: min(g["ch06_probe_replaced_801010"], g["ch06_probe_replaced_allmask"]) > 8)
 claim("replaced_below_mask", "Both heads name the original word less often at a replaced token "
       "than at a [MASK].",
       lambda g: g["ch06_probe_replaced_801010"] < g["ch06_mlm_acc_801010"]
@@ -1526,7 +1529,8 @@ claim("replaced_below_mask", "Both heads name the original word less often at a 
 # excludes 0 (the counts are under the claims below), though the size of
 # the gap moves a lot with the seed and the solution (the table below). On
 # the concatenation the gap is less sure: in some runs its interval
-# includes 0 (claim below). The steadier evidence is the control: the
+# reaches 0 or lies below it, so that there the 100%-`[MASK]` model's
+# concatenation tags as well or better (claim below). The steadier evidence is the control: the
 # 100%-`[MASK]`
 # model's own embedding row, {glue:text}`ch06_f1am_embedding:.1f`: its last
 # layer is {glue:text}`ch06_am_last_minus_emb:.1f` F1 away from it
@@ -1556,9 +1560,9 @@ claim("rule_helps_features", "In most runs (at least 8 in 10) the 80/10/10 model
 claim("rule_helps_features_interval", "In most runs (at least 8 in 10) the 95% interval of that "
       "last-layer gap lies above 0.",
       lambda g: g["ch06_gap_last_lo"] > 0, at_least=0.8)
-claim("concat_gap_unsure", "In some runs (at least 1 in 4) the 95% interval of the gap on the "
-      "concatenation of the last four layers includes 0.",
-      lambda g: g["ch06_gap_concat_lo"] <= 0 <= g["ch06_gap_concat_hi"], at_least=0.25)
+claim("concat_gap_unsure", "In some runs (at least 2 in 10) the 95% interval of the gap on the "
+      "concatenation of the last four layers does not lie above 0.",
+      lambda g: g["ch06_gap_concat_lo"] <= 0, at_least=0.2)
 claim("allmask_below_own_embeddings", "The 100%-[MASK] model's last layer scores below its own "
       "embeddings.",
       lambda g: g["ch06_am_last_minus_emb"] < 0)

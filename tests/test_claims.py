@@ -111,10 +111,25 @@ def test_each_chapters_record_is_current_and_its_claims_hold(chapter):
     assert not claims.check(chapter, claims.load(chapter))
 
 
-def test_parallel_jobs_split_the_seeds_and_record_the_same_runs(first_run, toy):
-    """--jobs=N runs the seeds in N processes; the record holds the same runs, in the same order."""
+def test_parallel_jobs_split_the_seeds_and_record_the_same_runs(first_run, toy, capsys):
+    """--jobs=N runs the seeds in N processes; the record holds the same runs, in the same order;
+    each run prints its line as it ends (a long refresh shows its progress)."""
     assert claims.main([TOY, "--force", "--jobs=4"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{TOY} {impl} doubled_noise: seed {s}, {t} thread(s)" in out
+               for impl in ("reference", "alternative") for s in range(5) for t in (1, 2)), out
     strip = lambda rec: {i: [{k: v for k, v in r.items() if k != "seconds"} for r in p["runs"]]  # noqa: E731
                          for i, p in rec["implementations"].items()}
     parallel = json.loads((claims.RECORDS / f"{TOY}.json").read_text())
     assert strip(parallel) == strip(json.loads(first_run[1].read_text()))
+
+
+def test_the_check_runs_on_the_cpu_on_every_machine(tmp_path, monkeypatch):
+    """A GPU (or a device asked for in $ATTNKIT_DEVICE) would change the recorded figures: the
+    claims runs see the CPU from pick_device()."""
+    toy = _course(tmp_path, monkeypatch)
+    toy.write_text(toy.read_text().replace(
+        'return {"toy_mean"', 'import attnkit\n    return {"on_cpu": float(attnkit.pick_device().type == "cpu"), "toy_mean"'))
+    monkeypatch.setenv("ATTNKIT_DEVICE", "cuda:7")
+    runs = claims._run(TOY, "reference", [0])
+    assert [r["figures"]["on_cpu"] for r in runs] == [1.0, 1.0]
