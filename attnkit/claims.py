@@ -158,8 +158,12 @@ def claim(name: str, text: str, holds: Callable[[dict], bool], at_least: float =
     c = CLAIMS[name] = Claim(name, text, holds, at_least)
     here = c.check(THIS_RUN) if THIS_RUN else None
     line = f"**Claim** `{name}`: {text}"
-    if here is not None:
-        line += f" This run: {'✓ holds' if here is True else '✗ ' + (here or 'does not hold')}."
+    if isinstance(here, str):
+        line += f" This run: ✗ {here}."
+    elif here is not None and at_least < 1:   # "in some runs ...": this run is one of them or not
+        line += f" This run: {'one of them' if here else 'not one of them'}."
+    elif here is not None:
+        line += f" This run: {'✓ holds' if here else '✗ does not hold'}."
     runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
     if runs:
         v = verdict(c, runs)

@@ -133,3 +133,18 @@ def test_the_check_runs_on_the_cpu_on_every_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNKIT_DEVICE", "cuda:7")
     runs = claims._run(TOY, "reference", [0])
     assert [r["figures"]["on_cpu"] for r in runs] == [1.0, 1.0]
+
+
+def test_the_page_reads_a_some_runs_claim_without_calling_this_run_a_failure(monkeypatch):
+    """'In some runs X' is not broken by a run without X: the page says this run is not one of them."""
+    shown = []
+    monkeypatch.setattr(registry, "_show_markdown", shown.append)
+    monkeypatch.setattr(registry, "THIS_RUN", {"x": 0.0})
+    monkeypatch.setattr(registry, "CHAPTER", [])
+    monkeypatch.setattr(registry, "CLAIMS", {})
+    registry.claim("some", "In some runs x > 0.", lambda g: g["x"] > 0, at_least=0.2)
+    registry.claim("every", "x > 0.", lambda g: g["x"] > 0)
+    registry.claim("missing", "y > 0.", lambda g: g["y"] > 0, at_least=0.2)
+    assert "This run: not one of them." in shown[0] and "✗" not in shown[0]
+    assert "This run: ✗ does not hold." in shown[1]
+    assert "This run: ✗ figure 'y' not measured." in shown[2]
