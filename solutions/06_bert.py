@@ -933,7 +933,7 @@ print("T5 round trip ok")
 # check* (`python -m course claims 06`) runs it for seeds 0 to 4, with one
 # and with two threads, with this solution and with another correct one,
 # whose `mlm_mask` and `nsp_pairs` draw their random numbers differently
-# (20 runs, about 30 CPU-minutes, recorded in `tests/claims/06_bert.json`
+# (20 runs, about 35 CPU-minutes, recorded in `tests/claims/06_bert.json`
 # and re-run only when this code changes), and checks every claim below on
 # each run. A figure of this page is
 # reproduced bit for bit only with the same seed, thread count and machine,
@@ -1273,6 +1273,14 @@ for _ in range(N_NSP):                                   # as nsp_pairs draws th
 for key, n in nsp_counts.items():
     glue(f"ch06_nsp_{key}", 100 * n / N_NSP)
 glue("ch06_nsp_n", N_NSP)
+# what the page's 80/10/10 model answers on the held-out pairs (this run only)
+nsp_model = run["models"]["801010"]
+nsp_device = next(nsp_model.parameters()).device
+with torch.no_grad():
+    nsp_states = nsp_model(EVAL_X.to(nsp_device), EVAL_SEG.to(nsp_device))
+    nsp_answers = nsp_model.nsp_head(nsp_states[-1][:, 0]).argmax(-1).cpu()
+glue("ch06_nsp_says_not_next", 100 * (nsp_answers == 0).float().mean().item())
+glue("ch06_nsp_pairs_not_next", 100 * (EVAL_NEXT == 0).float().mean().item())
 spread({"ch06_mlm_acc_801010": "MLM accuracy at [MASK], 80/10/10 (%)",
         "ch06_mlm_acc_allmask": "MLM accuracy at [MASK], 100% [MASK] (%)",
         "ch06_nsp_acc_801010": "NSP accuracy, 80/10/10 (%)",
@@ -1287,8 +1295,11 @@ spread({"ch06_mlm_acc_801010": "MLM accuracy at [MASK], 80/10/10 (%)",
 # at random from the document's four topic words, which no model guesses
 # better than one time in four, and a masked cue can be told only up to its
 # type (one of three cues on its side). Its NSP accuracy is
-# {glue:text}`ch06_nsp_acc_801010:.1f`% on balanced pairs (chance: 50%),
-# though the pairs carry a signal the model could learn. It sees one
+# {glue:text}`ch06_nsp_acc_801010:.1f`% on balanced pairs (chance: 50%;
+# {glue:text}`ch06_nsp_pairs_not_next:.1f`% of the held-out pairs are not
+# next): on this page its NSP head answers "not next" for
+# {glue:text}`ch06_nsp_says_not_next:.0f`% of the pairs. It has learned
+# nothing of the task, though the pairs carry a signal the model could learn. It sees one
 # sentence A and one sentence B, and on the held-out documents
 # ({glue:text}`ch06_nsp_n` random pairs) the true next sentence shares at
 # least one name or topic word with A in
@@ -1305,8 +1316,8 @@ from attnkit.claims import claim
 claim("mlm_learned", "Both models restore more than 10% of the masked tokens, above the share of "
       "the most frequent word.",
       lambda g: min(g["ch06_mlm_acc_801010"], g["ch06_mlm_acc_allmask"]) > 10)
-claim("nsp_near_chance", "NSP accuracy stays within 5 points of chance (50%).",
-      lambda g: abs(g["ch06_nsp_acc_801010"] - 50) <= 5)
+claim("nsp_near_chance", "Both models' NSP accuracy stays within 5 points of chance (50%).",
+      lambda g: max(abs(g["ch06_nsp_acc_801010"] - 50), abs(g["ch06_nsp_acc_allmask"] - 50)) <= 5)
 
 # %% [markdown]
 # ### Feature extraction: six choices of layers
@@ -1382,10 +1393,14 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
 # is {glue:text}`ch06_rank_concat`), and the control row says what to
 # make of any gain: projected on 32 principal components, as narrow as one layer, it
-# scores {glue:text}`ch06_f1_concat_pca:.1f`, and over the runs of the
-# check never more than 2 F1 above the last layer alone (claim below), well
-# inside the width of the intervals above. So the concatenation's gain, if any (its interval above may
-# include 0), does not survive projection to 32 principal components. That
+# scores {glue:text}`ch06_f1_concat_pca:.1f`,
+# {glue:text}`ch06_pca_minus_last:.1f` F1 away from the last layer alone
+# (interval {glue:text}`ch06_pca_minus_last_lo:.1f` to
+# {glue:text}`ch06_pca_minus_last_hi:.1f`), and in every run of the check
+# the interval of that difference reaches 0 (claim below), though in some
+# runs about half of the concatenation's gain remains. So the
+# concatenation's gain, if any (its interval above may include 0), is not
+# shown to survive projection to 32 principal components. That
 # does not tell width from information: extra inputs help a linear tagger
 # only if they carry something not linearly readable from the last layer.
 # And the principal components are taken on the unstandardised
@@ -1407,9 +1422,9 @@ claim("context_sometimes_below", "In some runs (at least 1 in 10) every contextu
 claim("context_sometimes_far_above", "In some runs (at least 1 in 10) the best contextual row of "
       "the 80/10/10 model scores more than 10 F1 above its embeddings.",
       lambda g: g["ch06_f1_best"] > g["ch06_f1_embedding"] + 10, at_least=0.1)
-claim("concat_gain_gone_in_pca", "The concatenation projected to the width of one layer scores no "
-      "more than 2 F1 above the last layer (within the dev set's noise).",
-      lambda g: g["ch06_f1_concat_pca"] <= g["ch06_f1_last"] + 2)
+claim("concat_gain_gone_in_pca", "The 95% interval of the projected concatenation minus the last "
+      "layer reaches 0: its gain over the last layer, if any, is not distinguishable from none.",
+      lambda g: g["ch06_pca_minus_last_lo"] <= 0)
 
 # %% [markdown]
 # ### Why 80/10/10: real tokens
@@ -1468,7 +1483,8 @@ for key, model in run["models"].items():
 # | 80/10/10 | {glue:text}`ch06_mlm_acc_801010:.1f` | {glue:text}`ch06_probe_replaced_801010:.1f` | {glue:text}`ch06_probe_untouched_801010:.1f` | {glue:text}`ch06_ident_last_801010:.1f` | {glue:text}`ch06_ident_head_801010:.1f` |
 # | 100% `[MASK]` | {glue:text}`ch06_mlm_acc_allmask:.1f` | {glue:text}`ch06_probe_replaced_allmask:.1f` | {glue:text}`ch06_probe_untouched_allmask:.1f` | {glue:text}`ch06_ident_last_allmask:.1f` | {glue:text}`ch06_ident_head_allmask:.1f` |
 #
-# At `[MASK]` positions the two models are a few points apart. Through the
+# At `[MASK]` positions the 80/10/10 model is a few points ahead, in every
+# run of the check (claim below). Through the
 # head, the difference is at the real tokens: the 100%-`[MASK]` model's head
 # gives the right word at only {glue:text}`ch06_probe_untouched_allmask:.1f`%
 # of the untouched positions, the 80/10/10 model's at
@@ -1477,6 +1493,11 @@ for key, model in run["models"].items():
 # model's last layer at {glue:text}`ch06_ident_last_allmask:.1f`% (the
 # 80/10/10 model's at {glue:text}`ch06_ident_last_801010:.1f`%): the word is
 # there; the head, never asked to name a real token, does not read it out.
+# It does not even use it: in most runs (claim below) it names the word
+# less often at an untouched token than at a replaced one (here
+# {glue:text}`ch06_probe_untouched_allmask:.1f`% against
+# {glue:text}`ch06_probe_replaced_allmask:.1f`%), as a head would that
+# ignored the token in front of it and guessed from the context alone.
 # So the gap between the two heads shows what each model was trained to
 # output, not that one representation forgot the word. At a randomly
 # replaced token, a head that trusted its input would name the original
@@ -1487,7 +1508,10 @@ for key, model in run["models"].items():
 # below how often they fill a `[MASK]`
 # ({glue:text}`ch06_mlm_acc_801010:.1f`% and
 # {glue:text}`ch06_mlm_acc_allmask:.1f`%): they do correct replaced tokens
-# from the context, if less often than they fill a `[MASK]`. In this run
+# from the context, if less often than they fill a `[MASK]` (for the
+# 100%-`[MASK]` head the two rates are within a point in some runs, about
+# their sampling noise: the evidence is the sign, the same in every run of
+# the check). In this run
 # (measured on the page, not over the runs of the check) the 80/10/10
 # head answers the random word itself at
 # {glue:text}`ch06_probe_echo_801010:.1f`% of the replaced tokens: it
@@ -1498,6 +1522,12 @@ for key, model in run["models"].items():
 # how much of the gap, if any, trust in the input explains for it.
 
 # %% tags=["skip-grading", "hide-input"]
+claim("mask_fill_801010_ahead", "At [MASK] positions the 80/10/10 model restores more tokens "
+      "than the 100%-[MASK] model.",
+      lambda g: g["ch06_mlm_acc_801010"] > g["ch06_mlm_acc_allmask"])
+claim("allmask_head_ignores_input", "In most runs (at least 9 in 10) the 100%-[MASK] model's head "
+      "names the word less often at an untouched token than at a replaced one.",
+      lambda g: g["ch06_probe_untouched_allmask"] < g["ch06_probe_replaced_allmask"], at_least=0.9)
 claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM head names the word "
       "at least 30 points more often than the 100%-[MASK] model's.",
       lambda g: g["ch06_probe_untouched_801010"] >= g["ch06_probe_untouched_allmask"] + 30)
@@ -1525,21 +1555,25 @@ claim("replaced_below_mask", "Both heads name the original word less often at a 
 # the gap is {glue:text}`ch06_gap_concat:.1f`
 # ({glue:text}`ch06_gap_concat_lo:.1f` to
 # {glue:text}`ch06_gap_concat_hi:.1f`). The 80/10/10 model's last layer
-# scores higher in most runs of the check, with a 95% interval that
-# excludes 0 (the counts are under the claims below), though the size of
+# scores higher in every run of the check, with a 95% interval that
+# excludes 0 in most (the counts are under the claims below), though the size of
 # the gap moves a lot with the seed and the solution (the table below). On
 # the concatenation the gap is less sure: in some runs its interval
-# reaches 0 or lies below it, so that there the 100%-`[MASK]` model's
-# concatenation tags as well or better (claim below). The steadier evidence is the control: the
-# 100%-`[MASK]`
-# model's own embedding row, {glue:text}`ch06_f1am_embedding:.1f`: its last
+# reaches 0 (there the 80/10/10 model is not shown to tag better), and in
+# some the 100%-`[MASK]` model's concatenation tags better, in a few with
+# an interval wholly below 0 (claims below). The steadier evidence is the
+# control: the 100%-`[MASK]` model's own embedding row, {glue:text}`ch06_f1am_embedding:.1f`: its last
 # layer is {glue:text}`ch06_am_last_minus_emb:.1f` F1 away from it
 # ({glue:text}`ch06_am_last_minus_emb_lo:.1f` to
 # {glue:text}`ch06_am_last_minus_emb_hi:.1f`), and
 # {glue:text}`ch06_am_rows_below_emb` of its 5 contextual rows score below
 # its embeddings. Its encoder does not just fail to add the context: it
-# blurs the name's own type, which the embeddings knew. That is the paper's
-# mismatch argument seen directly. A model that only ever predicted at
+# blurs the name's own type, which the embeddings knew. The 80/10/10
+# model's last layer falls below its embeddings too in some runs (the
+# feature table's spread above), but in every run of the check the
+# 100%-`[MASK]` model's falls further (claim below; in some runs by less
+# than a point). That is consistent
+# with the paper's mismatch argument. A model that only ever predicted at
 # `[MASK]` had no reason to keep a real token's features intact, and a
 # frozen feature extractor cannot adjust them. The word itself survives
 # (the probe above), but the type that went with it is harder to read
@@ -1554,9 +1588,9 @@ claim("replaced_below_mask", "Both heads name the original word less often at a 
 # of the rule, the unchanged or the random tokens, does what.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("rule_helps_features", "In most runs (at least 8 in 10) the 80/10/10 model's last layer "
-      "tags better than the 100%-[MASK] model's.",
-      lambda g: g["ch06_gap_last"] > 0, at_least=0.8)
+claim("rule_helps_features", "The 80/10/10 model's last layer tags better than the "
+      "100%-[MASK] model's.",
+      lambda g: g["ch06_gap_last"] > 0)
 claim("rule_helps_features_interval", "In most runs (at least 8 in 10) the 95% interval of that "
       "last-layer gap lies above 0.",
       lambda g: g["ch06_gap_last_lo"] > 0, at_least=0.8)
@@ -1566,6 +1600,12 @@ claim("concat_gap_unsure", "In some runs (at least 2 in 10) the 95% interval of 
 claim("allmask_below_own_embeddings", "The 100%-[MASK] model's last layer scores below its own "
       "embeddings.",
       lambda g: g["ch06_am_last_minus_emb"] < 0)
+claim("allmask_falls_further", "The 100%-[MASK] model's last layer falls further below its "
+      "embeddings than the 80/10/10 model's falls below (or rises above) its own.",
+      lambda g: g["ch06_am_last_minus_emb"] < g["ch06_last_minus_emb"])
+claim("concat_gap_sometimes_negative", "In some runs (at least 1 in 10) the 100%-[MASK] model's "
+      "concatenation of the last four layers tags better than the 80/10/10 model's.",
+      lambda g: g["ch06_gap_concat"] < 0, at_least=0.1)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
@@ -1588,14 +1628,15 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 #   tiny runs a model trained with 100% `[MASK]` still holds the identity of
 #   a real token (a linear probe reads it), but its MLM head does not name
 #   it, and its frozen features lose what the embeddings knew about the
-#   token: its last layer tags worse than its own embeddings, and in most
-#   runs worse than the 80/10/10 model's.
+#   token: its last layer tags worse than its own embeddings, further below
+#   them than the 80/10/10 model's, and worse than the 80/10/10 model's last
+#   layer in every run of the check.
 # * One small layer fine-tunes it for pair classification, single-sentence
 #   classification, span QA (start and end vectors) and tagging; or its
 #   frozen layers serve as features. After our short pre-training how much
 #   context the features hold changes from run to run, and the gain of the
-#   concatenation of the last four layers over the last layer, if any, does
-#   not survive projection to 32 principal components (a control that
+#   concatenation of the last four layers over the last layer, if any, is
+#   not shown to survive projection to 32 principal components (a control that
 #   cannot tell width from information, and is taken on features of
 #   unequal scale).
 # * WordPiece (vocabulary learned by likelihood, as in Schuster and
