@@ -1398,8 +1398,8 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
 # is {glue:text}`ch06_rank_concat`), and the control row says what to
 # make of any gain: projected on 32 principal components, as narrow as one layer, it
-# scores {glue:text}`ch06_f1_concat_pca:.1f`,
-# {glue:text}`ch06_pca_minus_last:.1f` F1 away from the last layer alone
+# scores {glue:text}`ch06_f1_concat_pca:.1f` F1, a difference of
+# {glue:text}`ch06_pca_minus_last:.1f` from the last layer alone
 # (interval {glue:text}`ch06_pca_minus_last_lo:.1f` to
 # {glue:text}`ch06_pca_minus_last_hi:.1f`), and in every run of the check
 # the interval of that difference does not lie above 0 (claim below;

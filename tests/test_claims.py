@@ -128,8 +128,8 @@ def test_the_check_runs_on_the_cpu_on_every_machine(tmp_path, monkeypatch):
     """A GPU (or a device asked for in $ATTNKIT_DEVICE) would change the recorded figures: the
     claims runs see the CPU from pick_device()."""
     toy = _course(tmp_path, monkeypatch)
-    toy.write_text(toy.read_text().replace(
-        'return {"toy_mean"', 'import attnkit\n    return {"on_cpu": float(attnkit.pick_device().type == "cpu"), "toy_mean"'))
+    on_cpu = 'import attnkit\n    return {"on_cpu": float(attnkit.pick_device().type == "cpu"), "toy_mean"'
+    toy.write_text(toy.read_text().replace('return {"toy_mean"', on_cpu))
     monkeypatch.setenv("ATTNKIT_DEVICE", "cuda:7")
     runs = claims._run(TOY, "reference", [0])
     assert [r["figures"]["on_cpu"] for r in runs] == [1.0, 1.0]
