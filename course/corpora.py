@@ -278,6 +278,39 @@ def cpython_source(files: list[str]) -> dict:
             "licence": CPYTHON_LICENCE, "path": "sysconfig stdlib (Lib/ in the CPython sources)", "files": files}
 
 
+# ---------------------------------------------------------------- licences
+def licence_texts(name: str) -> list[tuple[str, str]]:
+    """(file inside the package, text) of a package's own licence files (dist-info), sorted."""
+    dist = distribution(name)
+    files = sorted(str(f) for f in dist.files or [] if ".dist-info/" in str(f)
+                   and re.search(r"/(licenses/)?LICEN[CS]E[^/]*$", str(f), re.IGNORECASE))
+    return [(f, Path(dist.locate_file(f)).read_text(encoding="utf-8").strip()) for f in files]
+
+
+def notice(manifest_files: dict) -> str:
+    """NOTICE.txt: what the corpora are made of, and each source's licence, in full."""
+    out = ["The corpora in this folder were extracted by `python -m course corpora` (course/corpora.py) from the",
+           "packages below. Each keeps its own licence, reproduced here as their terms require. The course's own",
+           "code is MIT-licensed.", ""]
+    seen = set()
+    for entry in manifest_files.values():
+        for s in entry["sources"]:
+            if "package" not in s or s["package"] in seen:
+                continue
+            seen.add(s["package"])
+            out += ["=" * 100, f"{s['package']} {s['version']} ({s['licence']})", "=" * 100]
+            if s["package"] == "CPython standard library":
+                texts = [("LICENSE.txt of the standard library", (stdlib() / "LICENSE.txt").read_text().strip())]
+            else:
+                texts = licence_texts(s["package"])
+            if not texts:
+                texts = [("(no licence file in its wheel)", f"{s['licence']}: the Sphinx team's licence, as for "
+                          "Sphinx above (Copyright (c) 2007 onwards by the Sphinx team).")]
+            for where, text in texts:
+                out += [f"--- {where}", text, ""]
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------- writing
 def write_jsonl_gz(path: Path, records: list[dict]) -> None:
     """Deterministic bytes: sorted keys, no timestamp nor file name in the gzip header."""
@@ -314,6 +347,10 @@ def extract(out: Path, log=print) -> dict:
                        "sources": sources if isinstance(sources, list) else [sources]}
         log(f"{name}: {len(records)} records, {len(data) / 1e6:.2f} MB, "
             f"{time.process_time() - started:.1f} CPU-s")
+    (out / "NOTICE.txt").write_text(notice(files))
+    data = (out / "NOTICE.txt").read_bytes()
+    files["NOTICE.txt"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                           "what": "each source's licence, in full"}
     manifest = {"format": FORMAT, "made_by": "python -m course corpora (course/corpora.py)",
                 "python": platform.python_version(), "files": files}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")

@@ -25,7 +25,8 @@ def _modules(text: str) -> set[str]:
 
 
 def attnkit_files(source: str) -> list[Path]:
-    """attnkit/__init__.py and every attnkit module `source` reaches through imports."""
+    """attnkit/__init__.py and every attnkit module `source` reaches through imports (and, where one is
+    `attnkit.corpora`, the corpora's manifest, so that new data re-runs what reads it)."""
     init = ATTNKIT / "__init__.py"
     todo = _modules(source) | (_modules(init.read_text()) if re.search(r"\battnkit\b", source) else set())
     seen: set[str] = set()
@@ -34,7 +35,10 @@ def attnkit_files(source: str) -> list[Path]:
         if name not in seen:
             seen.add(name)
             todo |= _modules((ATTNKIT / f"{name}.py").read_text()) - seen
-    return [init] + [ATTNKIT / f"{n}.py" for n in sorted(seen)]
+    files = [init] + [ATTNKIT / f"{n}.py" for n in sorted(seen)]
+    if "corpora" in seen:  # the data it reads: its manifest holds each corpus file's SHA-256
+        files.append(ATTNKIT / "corpora_data" / "manifest.json")
+    return files
 
 
 def digest(paths: list[Path], source: str | None = None) -> str:

@@ -358,6 +358,7 @@ def verify_checks(data: dict, implementations: dict[str, dict]) -> list[str]:
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
+          "sacrebleu", "tokenizers",  # attnkit.metrics and attnkit.subwords (the real-language chapters)
           "jupyterlab")  # what students open the notebooks with
 
 
@@ -388,6 +389,7 @@ license = {{text = "MIT"}}
 packages = ["attnkit", "attnkit.checks", "autograder", "autograder.harness"]
 
 [tool.setuptools.package-data]
+"attnkit" = ["corpora_data/*"]
 "attnkit.checks" = ["*.pt"]
 """
 
