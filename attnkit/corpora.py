@@ -2,6 +2,7 @@
 
     from attnkit import corpora
     pairs = corpora.parallel("ru", "train")      # list[Pair]: .src (English), .tgt (Russian), .origin
+                                                 # ("fr": French, "de": German)
     docs = corpora.prose("valid")                # list[Document]: .name, .text (English prose)
     text = corpora.prose_text("train")           # the same documents joined by blank lines: one str
     books = corpora.long_documents("test")       # list[Document]: whole source files, 20k+ characters
@@ -31,7 +32,7 @@ DATA = Path(__file__).resolve().parent / "corpora_data"
 MANIFEST = DATA / "manifest.json"
 SPLITS = ("train", "valid", "test")
 FRACTIONS = (0.8, 0.1, 0.1)  # train, valid, test: of the groups, by hash
-LANGUAGES = ("ru",)  # targets of the parallel corpus (the source is English)
+LANGUAGES = ("ru", "fr", "de")  # targets of the parallel corpora (the source is English)
 
 
 class Pair(NamedTuple):
@@ -52,18 +53,21 @@ class Document(NamedTuple):
 def parallel(lang: str = "ru", split: str = "train") -> list[Pair]:
     """English -> `lang` sentence pairs translated by people, from gettext catalogues.
 
-    Sources: the message catalogues of Sphinx, its themes and extensions (BSD-2-Clause, BSD-3-Clause,
-    MIT), and `jupyterlab-language-pack-ru-RU` (BSD-3-Clause: JupyterLab, notebook, jupyterlab-git,
-    -lsp and other extensions). Each catalogue's translations were made and reviewed by people
-    (fuzzy entries are not compiled into the catalogues, so they are not here).
-    Cleaning: untranslated entries, entries whose translation equals the source, and entries with no
-    word are dropped; placeholders (`%s`, `%(name)s`, `{0}`, `{name}`, `%1`) become `{0}`, `{1}`, ...
+    `lang` is "ru" (2,594 pairs), "fr" (3,791) or "de" (1,198). Sources: the message catalogues of
+    Sphinx, its themes and extensions (BSD-2-Clause, BSD-3-Clause, MIT), and
+    `jupyterlab-language-pack-ru-RU` (or `-fr-FR`, `-de-DE`; BSD-3-Clause: JupyterLab, notebook,
+    jupyterlab-git, -lsp and other extensions). Each catalogue's translations were made and reviewed
+    by people (fuzzy entries are not compiled into the catalogues, so they are not here).
+    Cleaning: untranslated entries, entries whose translation equals the source (for "ru": or holds
+    no Cyrillic letter), and entries with no word are dropped; placeholders (`%s`, `%(name)s`, `{0}`, `{name}`, `%1`) become `{0}`, `{1}`, ...
     numbered by their order in the source, the same number in the translation (a pair whose
     placeholders do not match is dropped); HTML tags are removed (their text kept), entities
     unescaped, white space squeezed, Unicode NFC. Deduplicated by source (the most frequent
     translation kept). About 80/10/10% of groups to train/valid/test: pairs that share a folded source
     or a folded target are one group, so a test pair has no near-duplicate in train on either side.
     """
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {LANGUAGES}, not {lang!r}")
     return [Pair(r["src"], r["tgt"], r["origin"]) for r in _records(f"parallel.en-{lang}", split)]
 
 

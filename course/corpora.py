@@ -6,8 +6,8 @@ file's SHA-256. The output is deterministic: the same packages and Python give t
 `--check` extracts into a temporary folder and compares it with the committed files instead.
 
 Sources:
-- parallel en->ru: the gettext catalogues (`.mo`) of Sphinx, its themes and extensions (installed
-  with jupyter-book) and of `jupyterlab-language-pack-ru-RU`;
+- parallel en->ru, en->fr, en->de: the gettext catalogues (`.mo`) of Sphinx, its themes and extensions
+  (installed with jupyter-book) and of `jupyterlab-language-pack-{ru-RU,fr-FR,de-DE}`;
 - prose and long documents: this interpreter's standard library (CPython 3.11; `pydoc_data.topics`,
   docstrings, source files).
 """
@@ -40,15 +40,15 @@ FORMAT = 1  # bump when the extraction changes what it writes
 
 # (distribution, licence): the packages whose `<lang>` catalogues give pairs. Licences read from each
 # package's licence file (sphinxcontrib-*: the Sphinx team's BSD-2-Clause, as their repositories say).
-CATALOGUES = {
-    "ru": [("Sphinx", "BSD-2-Clause"), ("sphinxcontrib-applehelp", "BSD-2-Clause"),
-           ("sphinxcontrib-devhelp", "BSD-2-Clause"), ("sphinxcontrib-htmlhelp", "BSD-2-Clause"),
-           ("sphinxcontrib-jsmath", "BSD-2-Clause"), ("sphinxcontrib-qthelp", "BSD-2-Clause"),
-           ("sphinxcontrib-serializinghtml", "BSD-2-Clause"), ("pydata-sphinx-theme", "BSD-3-Clause"),
-           ("sphinx-book-theme", "BSD-3-Clause"), ("sphinx-togglebutton", "MIT"),
-           ("jupyterlab-language-pack-ru-RU", "BSD-3-Clause")],
-}
-SCRIPT = {"ru": re.compile(r"[\u0400-\u04FF]")}  # a translation must hold a letter of the target's script
+SPHINX = [("Sphinx", "BSD-2-Clause"), ("sphinxcontrib-applehelp", "BSD-2-Clause"),
+          ("sphinxcontrib-devhelp", "BSD-2-Clause"), ("sphinxcontrib-htmlhelp", "BSD-2-Clause"),
+          ("sphinxcontrib-jsmath", "BSD-2-Clause"), ("sphinxcontrib-qthelp", "BSD-2-Clause"),
+          ("sphinxcontrib-serializinghtml", "BSD-2-Clause"), ("pydata-sphinx-theme", "BSD-3-Clause"),
+          ("sphinx-book-theme", "BSD-3-Clause"), ("sphinx-togglebutton", "MIT")]
+CATALOGUES = {lang: SPHINX + [(f"jupyterlab-language-pack-{lang}-{lang.upper()}", "BSD-3-Clause")]
+              for lang in ("ru", "fr", "de")}
+LETTER = re.compile(r"[^\W\d_]")
+SCRIPT = {"ru": re.compile(r"[\u0400-\u04FF]"), "fr": LETTER, "de": LETTER}  # a translation holds a letter of its script
 CPYTHON_LICENCE = "PSF-2.0"
 MIN_DOCSTRING = 40  # characters: shorter docstrings ("Return self.") are dropped
 LONG_MIN, LONG_MAX = 20_000, 100_000  # characters of a long document (the subset committed)

@@ -29,7 +29,8 @@ def test_committed_files_match_the_manifest():
     assert corpora.verify() == []
     listed = set(corpora.manifest()["files"])
     assert listed == {p.name for p in corpora.DATA.iterdir() if p.is_file()} - {"manifest.json"}
-    assert {"parallel.en-ru.jsonl.gz", "prose.en.jsonl.gz", "long.en.jsonl.gz", "NOTICE.txt"} <= listed
+    assert {"parallel.en-ru.jsonl.gz", "parallel.en-fr.jsonl.gz", "parallel.en-de.jsonl.gz", "prose.en.jsonl.gz",
+            "long.en.jsonl.gz", "NOTICE.txt"} <= listed
 
 
 def test_verify_reports_a_changed_or_missing_file(tmp_path, monkeypatch):
@@ -100,12 +101,13 @@ def test_a_missing_package_is_named(monkeypatch, capsys):
 
 # ---------------------------------------------------------------- splits
 def all_splits(name: str) -> dict[str, list]:
-    load = {"parallel": lambda s: corpora.parallel("ru", s), "prose": corpora.prose,
+    load = {"parallel-ru": lambda s: corpora.parallel("ru", s), "parallel-fr": lambda s: corpora.parallel("fr", s),
+            "parallel-de": lambda s: corpora.parallel("de", s), "prose": corpora.prose,
             "long": corpora.long_documents}[name]
     return {s: load(s) for s in corpora.SPLITS}
 
 
-@pytest.mark.parametrize("name", ["parallel", "prose", "long"])
+@pytest.mark.parametrize("name", ["parallel-ru", "parallel-fr", "parallel-de", "prose", "long"])
 def test_no_held_out_text_or_near_duplicate_is_in_train(name):
     """Is every valid and test record free of a near-duplicate in train (and test of one in valid)?"""
     splits = all_splits(name)
@@ -171,20 +173,25 @@ def test_prose_and_long_documents_share_a_files_split():
 # ---------------------------------------------------------------- contents and cleaning
 def test_sizes():
     """Are there a few thousand pairs, a test set of a few hundred, over 1 MB of prose, and long documents?"""
-    pairs = {s: corpora.parallel("ru", s) for s in corpora.SPLITS}
-    assert sum(map(len, pairs.values())) > 2400 and 150 <= len(pairs["test"]) <= 400
+    for lang, least in (("ru", 2400), ("fr", 3500), ("de", 1000)):
+        pairs = {s: corpora.parallel(lang, s) for s in corpora.SPLITS}
+        assert sum(map(len, pairs.values())) > least and 100 <= len(pairs["test"]) <= 450, lang
+    with pytest.raises(ValueError, match="lang must be one of"):
+        corpora.parallel("xx")
     assert sum(len(corpora.prose_text(s)) for s in corpora.SPLITS) > 1_000_000
     long = [d for s in corpora.SPLITS for d in corpora.long_documents(s)]
     assert len(long) > 100 and all(len(d.text) >= 20_000 for d in long)
     assert not any(re.search(r"(^|/)(tests?|idle_test)/|(^|/)test_", d.name) for d in long)
 
 
-def test_pairs_are_clean():
+@pytest.mark.parametrize("lang", corpora.LANGUAGES)
+def test_pairs_are_clean(lang):
     """Are pairs free of raw placeholders, HTML tags, untranslated or duplicate entries?"""
-    pairs = [p for s in corpora.SPLITS for p in corpora.parallel("ru", s)]
+    pairs = [p for s in corpora.SPLITS for p in corpora.parallel(lang, s)]
     raw = re.compile(r"%\(\w+\)[sd]|%[sd]\b|%\d|\{[a-zA-Z_]\w*\}|<(a|b|code|br|h1)[ >]|&\w+;|\s{2}")
     assert [p for p in pairs if raw.search(p.src) or raw.search(p.tgt)] == []
-    assert all(p.src.casefold() != p.tgt.casefold() and re.search("[а-яА-Я]", p.tgt) for p in pairs)
+    assert all(p.src.casefold() != p.tgt.casefold() for p in pairs)
+    assert lang != "ru" or all(re.search("[а-яА-Я]", p.tgt) for p in pairs)
     assert len({p.src for p in pairs}) == len(pairs)
     assert all(set(re.findall(r"\{\d+\}", p.src)) == set(re.findall(r"\{\d+\}", p.tgt)) for p in pairs)
 
