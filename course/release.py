@@ -487,7 +487,7 @@ the notebook from the top in a fresh process, as the check does.
 | path | what |
 |---|---|
 | `exercises/` | one notebook per chapter, with the exercises to fill in |
-| `attnkit/` | provided helpers (data, training loop, plots, devices); `attnkit/checks/` holds the public checks' recorded inputs and expected values, read with `torch.load(weights_only=True)` |
+| `attnkit/` | provided helpers (data, training loop, plots, devices); `attnkit/corpora_data/` holds the real-language corpora (their licences in its `NOTICE.txt`); `attnkit/checks/` holds the public checks' recorded inputs and expected values, read with `torch.load(weights_only=True)` |
 | `autograder/harness/` | the course's grading harness: notebook reader, sandbox, checks, results |
 
 Released under the MIT licence (LICENSE).
