@@ -103,9 +103,9 @@ def long_documents(split: str = "train") -> list[Document]:
 
 # ---------------------------------------------------------------- near-duplicates and splits
 # printf-style (`%s`, `%(name)s`, `%-5.2f`), Qt/JupyterLab-style (`%1`), str.format-style (`{0}`, `{name}`, `{}`)
-PLACEHOLDER = re.compile(r"%\((?P<named>\w+)\)[-#0 +]*\d*(?:\.\d+)?[sdifrxXeEgGcab]"
+PLACEHOLDER = re.compile(r"%\((?P<named>\w+)\)[-#0+]*\d*(?:\.\d+)?[sdifrxXeEgGcab]"
                          r"|%(?P<qt>\d+)"
-                         r"|%[-#0 +]*\d*(?:\.\d+)?(?P<printf>[sdifrxXeEgGc])"
+                         r"|%[-#0+]*\d*(?:\.\d+)?(?P<printf>[sdifrxXeEgGc])"
                          r"|\{(?P<braced>\w*)(?:![rsa])?(?::[^{}]*)?\}")
 
 

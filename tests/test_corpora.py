@@ -201,6 +201,7 @@ def test_pairs_are_clean(lang):
     ("Move %1 to %2", "%2: переместить %1", ("Move {0} to {1}", "{1}: переместить {0}")),
     ("{name} in {0}", "{0}: {name}", ("{0} in {1}", "{1}: {0}")),
     ("%d%% done", "%d%% готово", ("{0}% done", "{0}% готово")),
+    ("100% complete", "100 % terminé", ("100% complete", "100 % terminé")),  # "% c" is no placeholder
     ("Open %s", "Открыть", None),
     ("Copy %(a)s", "Копировать %(b)s", None),
 ])
