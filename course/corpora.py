@@ -20,7 +20,6 @@ import gzip
 import hashlib
 import html
 import importlib.metadata as md
-import inspect
 import io
 import json
 import platform
@@ -48,7 +47,7 @@ SPHINX = [("Sphinx", "BSD-2-Clause"), ("sphinxcontrib-applehelp", "BSD-2-Clause"
 CATALOGUES = {lang: SPHINX + [(f"jupyterlab-language-pack-{lang}-{lang.upper()}", "BSD-3-Clause")]
               for lang in ("ru", "fr", "de")}
 LETTER = re.compile(r"[^\W\d_]")
-SCRIPT = {"ru": re.compile(r"[\u0400-\u04FF]"), "fr": LETTER, "de": LETTER}  # a translation holds a letter of its script
+SCRIPT = {"ru": re.compile(r"[\u0400-\u04FF]"), "fr": LETTER, "de": LETTER}  # a translation holds one of these
 CPYTHON_LICENCE = "PSF-2.0"
 MIN_DOCSTRING = 40  # characters: shorter docstrings ("Return self.") are dropped
 LONG_MIN, LONG_MAX = 20_000, 100_000  # characters of a long document (the subset committed)

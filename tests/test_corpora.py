@@ -118,7 +118,8 @@ def test_no_held_out_text_or_near_duplicate_is_in_train(name):
 
 
 def test_the_leak_check_finds_planted_leaks():
-    """Does the leak check fail on a split with a test sentence, a near-duplicate of one, or its translation in train?"""
+    """Does the leak check fail on a split with a test sentence, a near-duplicate of one, or its translation
+    in train?"""
     train, test = corpora.parallel("ru", "train"), corpora.parallel("ru", "test")
     victim = next(p for p in test if re.search(r"[a-z]{3}", p.src))
     assert leaks(train + [victim], test) == [(victim, victim)]
