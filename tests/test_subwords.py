@@ -2,7 +2,11 @@
 segments as it does, decodes exactly, and trains deterministically."""
 from __future__ import annotations
 
+import hashlib
 import heapq
+import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 
 import pytest
@@ -167,6 +171,11 @@ def test_decode_inverts_encode():
 
 
 def test_training_is_deterministic():
-    """Does training twice on the same corpus give the same tokenizer, byte for byte?"""
+    """Does training give the same tokenizer, byte for byte, twice and with HF's threads on?"""
     texts = [d.text for d in corpora.prose("valid")]
     assert bpe(texts, 2000).hf.to_str() == bpe(texts, 2000).hf.to_str()
+    code = ("import hashlib; from attnkit.subwords import translation_bpe; "
+            "print(hashlib.sha256(translation_bpe('ru').hf.to_str().encode()).hexdigest())")
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == hashlib.sha256(translation_bpe("ru").hf.to_str().encode()).hexdigest()
