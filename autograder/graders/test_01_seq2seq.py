@@ -774,7 +774,7 @@ def test_bleu_empty_hypotheses(student, ref):
 
 
 @graded("corpus_bleu", points=1, hint="Return a Python float; raise ValueError if hypotheses and references "
-        "differ in length; never modify the lists you are given.")
+        "differ in their lengths (equally long lists of token lists); never modify the lists you are given.")
 def test_bleu_float_inputs_unmodified_and_lengths(student, ref):
     """corpus_bleu: a Python float, inputs unmodified, and a ValueError when the lengths differ?"""
     hyps, refs = bleu_corpus(50, size=6)

@@ -357,7 +357,8 @@ def beam_search(step_fn, bos_id, eos_id, beam_size, max_len, n_best=1, length_no
         "c, r = sum(len(h) for h, _ in pairs), sum(len(r) for _, r in pairs)"), feedback="empty hypotheses left out"),
     Mistake("corpus_bleu", "no ValueError when the lengths differ", bleu().replace(
         'raise ValueError("lengths differ")', "pass")),
-    Mistake("corpus_bleu", "a ZeroDivisionError when every hypothesis is empty", bleu(zero="min(matches) == 0 and c > 0")),
+    Mistake("corpus_bleu", "a ZeroDivisionError when every hypothesis is empty",
+            bleu(zero="min(matches) == 0 and c > 0")),
     Mistake("corpus_bleu", "a numpy float", bleu(scale="__import__('numpy').float32(100.0)")),
     Mistake("corpus_bleu", "a mean of sentence-level BLEU scores", '''
 _corpus_bleu_ok = corpus_bleu
