@@ -1662,6 +1662,12 @@ claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per
 #   not either. The stopping
 #   rule matters: stopping at the first finished hypothesis with a wide
 #   beam returns truncated outputs.
+# * BLEU scores a translation against a reference: $n$-gram precisions
+#   with clipped counts, summed over the corpus before dividing, combined
+#   by a geometric mean, times a brevity penalty when the output is shorter
+#   than the reference. Without smoothing one zero precision gives 0, which
+#   is why BLEU is a corpus score. On the same tokens, sacreBLEU gives the
+#   same number.
 #
 # Next, chapter 2 gives the decoder a direct view of every encoder state,
 # attention, instead of the single vector $c$.
@@ -1700,6 +1706,12 @@ claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per
 #    finished raw score is at least the best live score
 #    {cite}`huang2017finish`. On the sweep, how many steps does it save over
 #    `n_best = k`, and does it ever return a different output?
+# 7. **Sentence BLEU.** Score each sentence of the sacreBLEU example
+#    above on its own with your `corpus_bleu`, then with sacreBLEU's
+#    `sentence_bleu` and its default smoothing. How many sentences score 0
+#    without smoothing, and how far is the mean of the sentence scores from
+#    the corpus score? {cite:t}`chen2014smoothing` compare the smoothing
+#    methods.
 
 # %% [markdown]
 # ## References

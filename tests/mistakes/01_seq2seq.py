@@ -359,7 +359,7 @@ def beam_search(step_fn, bos_id, eos_id, beam_size, max_len, n_best=1, length_no
         'raise ValueError("lengths differ")', "pass")),
     Mistake("corpus_bleu", "a ZeroDivisionError when every hypothesis is empty",
             bleu(zero="min(matches) == 0 and c > 0")),
-    Mistake("corpus_bleu", "a numpy float", bleu(scale="__import__('numpy').float32(100.0)")),
+    Mistake("corpus_bleu", "a 0-d tensor instead of a float", bleu(scale="torch.tensor(100.0)")),
     Mistake("corpus_bleu", "a mean of sentence-level BLEU scores", '''
 _corpus_bleu_ok = corpus_bleu
 def corpus_bleu(hypotheses, references, max_n=4):
