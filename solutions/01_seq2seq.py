@@ -278,7 +278,7 @@ StepFn = Callable[[Tensor], Tensor]  # prefixes (N, t) long -> log-probs of the 
 # We apply **no smoothing**: if some $p_n$ is 0, BLEU is 0. That is why
 # BLEU is a corpus score. A single short sentence often shares no 4-gram
 # with its reference and scores 0, however good its words; summed over a
-# test set, every $p_n$ is positive. Sentence-level BLEU needs smoothing
+# test set, the counts are rarely 0. Sentence-level BLEU needs smoothing
 # {cite}`chen2014smoothing`, and a mean of sentence scores is another
 # metric. Scores are comparable only on the same tokenisation: sacreBLEU
 # {cite}`post2018call` fixes one, and reports it with the score. Given our
@@ -592,7 +592,9 @@ for k in (1, 2):
 # count in that sentence's reference (`collections.Counter`'s `&` takes the
 # minimum of two counts), and add the clipped matches and the number of
 # hypothesis $n$-grams to the corpus totals. Then take the geometric mean of
-# the precisions and multiply by the brevity penalty.
+# the precisions and multiply by the brevity penalty. Return 0.0 when a
+# precision is 0 (also when no hypothesis has $n$ tokens, so that there is
+# nothing to divide) or when every hypothesis is empty.
 
 # %% nbgrader={"grade": false, "grade_id": "corpus_bleu", "locked": false, "schema_version": 3, "solution": true}
 from collections import Counter
