@@ -358,7 +358,7 @@ def verify_checks(data: dict, implementations: dict[str, dict]) -> list[str]:
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
-          "sacrebleu", "tokenizers",  # attnkit.metrics and attnkit.subwords (the real-language chapters)
+          "sacrebleu", "tokenizers",  # attnkit.metrics, attnkit.subwords; 01 checks corpus_bleu with sacreBLEU
           "jupyterlab")  # what students open the notebooks with
 
 

@@ -43,7 +43,8 @@ from autograder.version import grader_version
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent  # autograder/
 TEMPLATE = HERE / "gradescope_template"
-PACKAGES = ("torch", "numpy", "matplotlib", "pytest", "jupytext", "tqdm")  # what grading imports
+PACKAGES = ("torch", "numpy", "matplotlib", "pytest", "jupytext", "tqdm",  # what grading imports
+            "sacrebleu")  # chapter 01's graders compare corpus_bleu with it
 SCRIPTS = ("setup.sh", "run_autograder")
 SECRET, PUBLIC_CHECKS = "course_secret", "public_checks.pt"  # optional files of the zip
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's values

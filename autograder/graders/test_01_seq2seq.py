@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 
 import torch
+from sacrebleu.metrics import BLEU
 
-from autograder.harness.check import expect, expect_close, expect_unmodified, graded, needs_cuda, seeded
+from autograder.harness.check import (expect, expect_close, expect_raises, expect_unmodified, first_seed, graded,
+                                      needs_cuda, seeded)
 
 PAD, BOS, EOS = 0, 1, 2
 A, B_, C, D = 3, 4, 5, 6  # letters of the hand-built toy models (V = 7)
@@ -523,3 +526,261 @@ def test_beam_cuda(student, ref):
     logits = random_table(35, eos_shift=1.0)
     want = ref_beam(ref, logits, 3, 5, n_best=2)
     expect_hyps(beam(student, logits, 3, 5, n_best=2, device="cuda"), want, "the result on CUDA")
+
+
+# ================================================================ corpus_bleu
+# (reference, system output) pairs: English references with outputs of varied quality, written for
+# these tests (perfect, near misses, paraphrases, too short, too long, repeated words, word salad).
+# Tokenised: lower case, punctuation split off.
+PAIRS = [
+    ("the cat is sleeping on the sofa .", "the cat is sleeping on the sofa ."),
+    ("we will meet at the station at noon .", "we meet at the station at midday ."),
+    ("she has lived in this city for ten years .", "she lives in this city since ten years ."),
+    ("the meeting was postponed until next week .", "the meeting was delayed to next week ."),
+    ("i do not know where he put the keys .", "i don't know where he has put the keys ."),
+    ("the children are playing in the garden .", "the children play in garden ."),
+    ("could you please close the window ?", "can you close the window please ?"),
+    ("the train to london leaves in five minutes .", "the train for london leaves in five minutes ."),
+    ("he apologised for arriving late .", "he excused himself for the late arrival ."),
+    ("this book was written by a famous scientist .", "a famous scientist wrote this book ."),
+    ("the weather will be cold and rainy tomorrow .", "tomorrow the weather is cold and rainy ."),
+    ("my brother works as a doctor in a small hospital .", "my brother is a doctor ."),
+    ("they decided to sell the old house .", "they decided decided to sell the the old house house ."),
+    ("the price of bread has risen again .", "the bread price went up once more ."),
+    ("please send me the report before friday .", "send the report before friday ."),
+    ("the museum is closed on mondays .", "the museum is closed on mondays ."),
+    ("we need more time to finish the project .", "we need more time for finishing the project ."),
+    ("she forgot her umbrella at the restaurant .", "she has forgotten her umbrella in the restaurant ."),
+    ("the river flooded the whole valley last spring .", "last spring the river flooded all the valley ."),
+    ("i would like a cup of coffee with milk .", "i want coffee with milk ."),
+    ("the company hired twenty new employees this year .",
+     "this year the company has employed twenty new workers ."),
+    ("he reads the newspaper every morning .", "every morning he reads the newspaper ."),
+    ("the road was blocked by a fallen tree .", "a tree fell and the road was blocked ."),
+    ("our neighbours are very friendly .", "the neighbours of us are very friendly ."),
+    ("the doctor told him to rest for a week .", "the doctor said him to rest one week ."),
+    ("it is too late to change the plan now .", "now it is too late for changing the plan ."),
+    ("the students asked many questions after the lecture .",
+     "after the lecture the students asked a lot of questions ."),
+    ("the bridge will be repaired next summer .", "the bridge the bridge will repair next summer ."),
+    ("she speaks three languages fluently .", "she speaks fluently three languages ."),
+    ("the shop around the corner sells fresh fish .", "the shop at the corner sells fresh fish ."),
+    ("nobody answered the phone .", "no one answered the telephone ."),
+    ("the film was longer than we expected .", "the movie was more long than we expected ."),
+    ("he lost his wallet on the bus .", "he lost the wallet in the bus ."),
+    ("the garden needs water every day in summer .", "in summer the garden needs water each day ."),
+    ("we watched the sunset from the hill .", "from the hill we looked at the sun going down ."),
+    ("the letter arrived two days late .", "the letter came with two days of delay ."),
+    ("i have never seen so much snow .", "never i have seen so many snow ."),
+    ("the children were tired after the long walk .", "after the long walk the children were tired ."),
+    ("the teacher explained the rule again .", "the teacher explained again the rule ."),
+    ("there is a small cafe near the harbour .", "near the port there is a little cafe ."),
+]
+VOCAB = sorted({w for pair in PAIRS for text in pair for w in text.split()})
+
+
+def draw(g: torch.Generator, n: int) -> int:
+    return int(torch.randint(n, (1,), generator=g))
+
+
+def corrupt(tokens: list[str], g: torch.Generator) -> list[str]:
+    """One seeded edit of a system output: a word dropped, repeated, swapped with the next, or replaced."""
+    tokens, kind, i = list(tokens), draw(g, 4), draw(g, len(tokens))
+    if kind == 0 and len(tokens) > 1:
+        del tokens[i]
+    elif kind == 1:
+        tokens.insert(i, tokens[i])
+    elif kind == 2 and i + 1 < len(tokens):
+        tokens[i], tokens[i + 1] = tokens[i + 1], tokens[i]
+    else:
+        tokens[i] = VOCAB[draw(g, len(VOCAB))]
+    return tokens
+
+
+def bleu_corpus(seed: int, size: int = 24) -> tuple[list[list[str]], list[list[str]]]:
+    """(hypotheses, references): `size` of PAIRS in a seeded order, about half of the outputs edited once or twice."""
+    g = seeded(seed)
+    hyps, refs = [], []
+    for i in torch.randperm(len(PAIRS), generator=g)[:size].tolist():
+        ref, out = PAIRS[i]
+        hyp = out.split()
+        for _ in range(draw(g, 4) // 2 + draw(g, 2) * (draw(g, 4) // 3)):
+            hyp = corrupt(hyp, g)
+        hyps.append(hyp)
+        refs.append(ref.split())
+    return hyps, refs
+
+
+def sacre(hyps, refs, max_n: int = 4, smooth: str = "none") -> float:
+    """sacreBLEU's corpus BLEU on the same tokens (joined by spaces, tokenize="none")."""
+    bleu = BLEU(tokenize="none", smooth_method=smooth, max_ngram_order=max_n)
+    return float(bleu.corpus_score([" ".join(h) for h in hyps], [[" ".join(r) for r in refs]]).score)
+
+
+def grams(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def bleu_variant(hyps, refs, max_n=4, clip=True, brevity="short", mean="geometric", drop_zeros=False) -> float:
+    """BLEU computed with one known mistake: `clip=False`, `brevity` in short/none/always/swapped,
+    `mean="arithmetic"`, `drop_zeros` (zero precisions left out of the mean)."""
+    matches, totals = [0] * max_n, [0] * max_n
+    for h, r in zip(hyps, refs):
+        for n in range(1, max_n + 1):
+            hg, rg = grams(h, n), grams(r, n)
+            matches[n - 1] += sum((hg & rg).values()) if clip else sum(k for g, k in hg.items() if g in rg)
+            totals[n - 1] += sum(hg.values())
+    c, r = sum(map(len, hyps)), sum(map(len, refs))
+    p = [m / t for m, t in zip(matches, totals) if t and (m or not drop_zeros)]
+    if c == 0 or not p or (min(p) == 0 and mean == "geometric") or (len(p) < max_n and not drop_zeros):
+        return 0.0
+    bp = {"short": math.exp(1 - r / c) if c < r else 1.0, "none": 1.0, "always": math.exp(1 - r / c),
+          "swapped": math.exp(1 - c / r) if c < r else 1.0}[brevity]
+    avg = math.exp(sum(map(math.log, p)) / len(p)) if mean == "geometric" else sum(p) / max_n
+    return 100 * bp * avg
+
+
+def bleu_mistakes(hyps, refs, max_n=4) -> dict:
+    """Known mistakes -> what each gives on these inputs."""
+    right = sacre(hyps, refs, max_n)
+    return {  # the first that matches is named: this one only differs from the right score if some are empty
+        "empty hypotheses left out (an empty hypothesis still adds its reference's length to r)":
+            sacre(*zip(*kept), max_n) if (kept := [(h, r) for h, r in zip(hyps, refs) if h]) else 0.0,
+        "no clipping (a hypothesis n-gram matches at most as often as it occurs in the reference)":
+            bleu_variant(hyps, refs, max_n, clip=False),
+        "no brevity penalty (BP = exp(1 - r/c) when c < r)": bleu_variant(hyps, refs, max_n, brevity="none"),
+        "the brevity penalty applied when c > r too (BP = 1 unless c < r)":
+            bleu_variant(hyps, refs, max_n, brevity="always"),
+        "the brevity penalty with r and c swapped (BP = exp(1 - r/c))":
+            bleu_variant(hyps, refs, max_n, brevity="swapped"),
+        "a mean of sentence-level BLEU scores (corpus BLEU sums the counts over the corpus, then divides)":
+            sum(sacre([h], [r], max_n) for h, r in zip(hyps, refs)) / len(hyps),
+        "an arithmetic mean of the precisions (BLEU takes their geometric mean)":
+            bleu_variant(hyps, refs, max_n, mean="arithmetic"),
+        "n-grams counted across sentence boundaries (count each sentence's n-grams separately)":
+            sacre([sum(hyps, [])], [sum(refs, [])], max_n),
+        "smoothing (sacreBLEU's default 'exp'; the contract has none)": sacre(hyps, refs, max_n, "exp"),
+        "smoothing (add-one on n > 1; the contract has none)": sacre(hyps, refs, max_n, "add-k"),
+        "zero precisions left out of the mean (no smoothing: a zero precision makes BLEU 0)":
+            bleu_variant(hyps, refs, max_n, drop_zeros=True),
+        "BLEU on a 0-1 scale (the contract's is 0-100)": right / 100,
+        "max_n ignored (n runs from 1 to max_n)": sacre(hyps, refs, 4),
+    }
+
+
+def shows(hyps, refs, max_n, names) -> bool:
+    """Whether each named mistake (a prefix of its description) gives another score than the right one."""
+    right, wrong = sacre(hyps, refs, max_n), bleu_mistakes(hyps, refs, max_n)
+    return all(abs(v - right) > 1e-3 for k, v in wrong.items() if any(k.startswith(n) for n in names))
+
+
+def expect_bleu(student, ref, hyps, refs, max_n, what):
+    """The student's corpus_bleu equals sacreBLEU's (to 1e-6), or names the known mistake it made."""
+    want = sacre(hyps, refs, max_n)
+    assert abs(ref.corpus_bleu(hyps, refs, max_n) - want) < 1e-6, "the reference disagrees with sacreBLEU"
+    got = student.corpus_bleu(hyps, refs, max_n)
+    expect_close(got, want, what, rtol=0, atol=1e-6, mistakes=lambda: bleu_mistakes(hyps, refs, max_n))
+
+
+BLEU_HINT = ("For each n from 1 to max_n, count each sentence's n-grams, clip each count by the same n-gram's count "
+             "in that sentence's reference (Counter & Counter), and sum the matches and the hypothesis n-grams over "
+             "the corpus before dividing; BLEU = 100 * BP * exp(mean of log p_n).")
+
+
+@graded("corpus_bleu", points=3, hint=BLEU_HINT)
+def test_bleu_matches_sacrebleu(student, ref):
+    """corpus_bleu: on 24 system outputs of varied quality, does it equal sacreBLEU's corpus BLEU?"""
+    names = ("no clipping", "a mean of sentence", "an arithmetic", "n-grams counted across", "smoothing (add")
+    seed = first_seed(40, lambda s: shows(*bleu_corpus(s), 4, names))
+    hyps, refs = bleu_corpus(seed)
+    expect_bleu(student, ref, hyps, refs, 4, "BLEU of 24 system outputs")
+
+
+@graded("corpus_bleu", points=1, hint="Clipping: a hypothesis n-gram is a match at most as many times as it occurs "
+        "in its reference (the minimum of the two counts: Counter & Counter), so repeating a right word gains "
+        "nothing.")
+def test_bleu_clipping(student, ref):
+    """corpus_bleu: do repeated words count only as often as the reference has them (clipping)?"""
+    g = seeded(41)
+    hyps, refs = bleu_corpus(42, size=8)
+    for h, r in zip(hyps, refs):
+        word = r[draw(g, len(r))]
+        h += [word] * (r.count(word) + 1)   # more copies of `word` than the reference holds
+    for max_n in (1, 2):
+        expect_bleu(student, ref, hyps, refs, max_n, f"BLEU with max_n={max_n} of outputs that repeat a word")
+    expect_bleu(student, ref, [["the"] * 7], [["the", "cat", "is", "on", "the", "mat"]], 1,
+                "the unigram BLEU of 'the the the the the the the' against 'the cat is on the mat'")
+
+
+@graded("corpus_bleu", points=2, hint="The brevity penalty: BP = exp(1 - r/c) only when the total hypothesis length c "
+        "is below the total reference length r (corpus totals, not per sentence); else BP = 1: long outputs are "
+        "not penalised.")
+def test_bleu_brevity_penalty(student, ref):
+    """corpus_bleu: is the brevity penalty exp(1 - r/c) on short outputs (c < r), and 1 on long ones (c > r)?"""
+    g = seeded(43)
+    hyps, refs = bleu_corpus(44, size=12)
+    short = [h[:max(1, (2 * len(h)) // 3)] for h in hyps]          # c < r
+    long = [h + [VOCAB[draw(g, len(VOCAB))] for _ in range(3)] for h in hyps]   # c > r
+    expect(sum(map(len, short)) < sum(map(len, refs)) < sum(map(len, long)), "the test's inputs are wrong")
+    expect_bleu(student, ref, short, refs, 4, "BLEU of outputs cut short (c < r)")
+    expect_bleu(student, ref, long, refs, 4, "BLEU of outputs with extra words (c > r)")
+
+
+@graded("corpus_bleu", points=2, hint="Corpus level: sum the clipped matches and the n-gram counts over all "
+        "sentences, then divide; never average sentence scores. Count each sentence's n-grams separately: none "
+        "spans two sentences.")
+def test_bleu_corpus_level(student, ref):
+    """corpus_bleu: are the counts summed over the sentences (not a mean of sentence BLEU, no n-gram across two)?"""
+    names = ("a mean of sentence", "n-grams counted across")
+    seed = first_seed(45, lambda s: shows(*bleu_corpus(s, 16), 4, names))
+    hyps, refs = bleu_corpus(seed, size=16)
+    expect_bleu(student, ref, hyps, refs, 4, "BLEU of 16 system outputs")
+    hyps, refs = [h[:3] for h in hyps[:6]], [r[:4] for r in refs[:6]]
+    expect_bleu(student, ref, hyps, refs, 3, "BLEU (max_n=3) of six 3-token outputs (sentence BLEU is 0 for most)")
+
+
+@graded("corpus_bleu", points=1, hint="max_n sets the orders: n = 1, ..., max_n, and the geometric mean is over "
+        "those max_n precisions (weights 1/max_n).")
+def test_bleu_max_n(student, ref):
+    """corpus_bleu: with max_n = 1, 2 and 3, does it equal sacreBLEU's BLEU of that order?"""
+    hyps, refs = bleu_corpus(46, size=12)
+    for max_n in (1, 2, 3):
+        expect_bleu(student, ref, hyps, refs, max_n, f"BLEU with max_n={max_n}")
+
+
+@graded("corpus_bleu", points=1, hint="No smoothing: when any precision is 0 (no 4-gram matches anywhere) BLEU is "
+        "0.0; do not smooth, and do not leave the zero precision out of the mean.")
+def test_bleu_no_smoothing(student, ref):
+    """corpus_bleu: when no 4-gram matches, is BLEU exactly 0 (no smoothing)?"""
+    hyps, refs = bleu_corpus(47, size=8)
+    hyps = [["<unk>" if i % 4 == 3 else w for i, w in enumerate(r)] for r in refs]   # every 4-gram has an <unk>
+    expect_bleu(student, ref, hyps, refs, 4, "BLEU when no 4-gram matches")
+    expect_bleu(student, ref, hyps, refs, 3, "BLEU with max_n=3 of the same outputs")
+
+
+@graded("corpus_bleu", points=1, hint="Empty outputs: c = 0 (every hypothesis empty) gives 0.0, and so does a "
+        "precision with no n-grams at all (every hypothesis shorter than n); an empty hypothesis still adds its "
+        "reference's length to r.")
+def test_bleu_empty_hypotheses(student, ref):
+    """corpus_bleu: empty outputs: all empty (0.0), all shorter than n (0.0), and some empty among others?"""
+    hyps, refs = bleu_corpus(48, size=10)
+    expect_close(student.corpus_bleu([[] for _ in refs], refs), 0.0, "BLEU when every hypothesis is empty",
+                 rtol=0, atol=1e-6)
+    expect_bleu(student, ref, [h[:2] for h in hyps], refs, 4, "BLEU when every hypothesis has 2 tokens (max_n=4)")
+    g = seeded(49)
+    some = [[] if draw(g, 3) == 0 else h for h in hyps]
+    some[0] = []
+    expect_bleu(student, ref, some, refs, 2, "BLEU (max_n=2) when some hypotheses are empty")
+
+
+@graded("corpus_bleu", points=1, hint="Return a Python float; raise ValueError if hypotheses and references "
+        "differ in their lengths (equally long lists of token lists); never modify the lists you are given.")
+def test_bleu_float_inputs_unmodified_and_lengths(student, ref):
+    """corpus_bleu: a Python float, inputs unmodified, and a ValueError when the lengths differ?"""
+    hyps, refs = bleu_corpus(50, size=6)
+    res = student.call("corpus_bleu", args=(hyps, refs))
+    expect(isinstance(res.value, float), f"corpus_bleu should return a Python float, got {type(res.value).__name__}")
+    expect(list(res.inputs) == [hyps, refs], "corpus_bleu modified the lists it was given")
+    expect_close(res.value, sacre(hyps, refs), "BLEU of 6 system outputs", rtol=0, atol=1e-6)
+    expect_raises(lambda: student.corpus_bleu(hyps, refs[:-1]), "ValueError",
+                  "corpus_bleu with 6 hypotheses and 5 references")

@@ -1,4 +1,6 @@
 """An alternative solution of chapter 01, written in another style (see the briefing)."""
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -102,5 +104,35 @@ def beam_search(step_fn, bos_id, eos_id, beam_size, max_len, n_best=1, length_no
         return tokens, (c[1] / len(tokens) if length_norm else c[1])
     return sorted(map(final, done), key=lambda r: r[1], reverse=True)[:n_best]
 
+
+
+def _gram_counts(words, order):
+    """{n-gram: how often it occurs}, by hand (zip of shifted copies)."""
+    table = {}
+    for gram in zip(*(words[k:] for k in range(order))):
+        table[gram] = table.get(gram, 0) + 1
+    return table
+
+
+def corpus_bleu(hypotheses, references, max_n=4):
+    if len(references) != len(hypotheses):
+        raise ValueError("corpus_bleu needs one reference per hypothesis")
+    hits = [0 for _ in range(max_n)]
+    counted = [0 for _ in range(max_n)]
+    for candidate, gold in zip(hypotheses, references):
+        for order in range(1, max_n + 1):
+            gold_counts = _gram_counts(list(gold), order)
+            for gram, times in _gram_counts(list(candidate), order).items():
+                hits[order - 1] += min(times, gold_counts.get(gram, 0))
+                counted[order - 1] += times
+    hyp_len = sum(len(h) for h in hypotheses)
+    ref_len = sum(len(r) for r in references)
+    if hyp_len == 0 or 0 in hits:
+        return 0.0
+    product = 1.0
+    for h, t in zip(hits, counted):
+        product *= h / t
+    penalty = 1.0 if hyp_len >= ref_len else math.exp(1.0 - ref_len / hyp_len)
+    return float(100 * penalty * product ** (1.0 / max_n))
 
 HEADLINES = {}   # the chapter's claims test this solution (tests/claims/01_seq2seq.json)

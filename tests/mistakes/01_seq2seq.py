@@ -30,6 +30,38 @@ def beam(select="scores[:, None] + log_probs", finish="h[-1] != eos_id", norm="l
     return _BEAM.format(select=select, finish=finish, norm=norm, stop=stop)
 
 
+# The reference corpus_bleu with one part changed, as a template: {grams}, {match}, {corpus}, {zero}, {mean}, {bp}.
+_BLEU = '''
+from collections import Counter
+import math
+def corpus_bleu(hypotheses, references, max_n=4):
+    if len(hypotheses) != len(references):
+        raise ValueError("lengths differ")
+    def ngrams(tokens, n):
+        return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    matches, totals = [0] * max_n, [0] * max_n
+    pairs = {corpus}
+    for hyp, ref in pairs:
+        for n in range(1, {orders} + 1):
+            h, r = ngrams(hyp, n), ngrams(ref, n)
+            matches[n - 1] += {match}
+            totals[n - 1] += sum(h.values())
+    c, r = sum(map(len, hypotheses)), sum(map(len, references))
+    if {zero}:
+        return 0.0
+    p = [m / t for m, t in zip(matches, totals)]
+    score = {mean}
+    bp = {bp}
+    return {scale} * bp * score
+'''
+
+
+def bleu(corpus="list(zip(hypotheses, references))", orders="max_n", match="sum((h & r).values())",
+         zero="c == 0 or min(matches) == 0", mean="math.exp(sum(math.log(x) for x in p) / max_n)",
+         bp="math.exp(1 - r / c) if c < r else 1.0", scale="100.0") -> str:
+    return _BLEU.format(corpus=corpus, orders=orders, match=match, zero=zero, mean=mean, bp=bp, scale=scale)
+
+
 MISTAKES = [
     # ------------------------------------------------------------ sequence_log_prob
     Mistake("sequence_log_prob", "pad positions counted", '''
@@ -296,4 +328,51 @@ def beam_search(step_fn, bos_id, eos_id, beam_size, max_len, n_best=1, length_no
 '''),
     Mistake("beam_search", "log-softmax applied to log-probs over the wrong axis", beam(
         select="scores[:, None] + log_probs.log_softmax(0)")),
+
+    # ------------------------------------------------------------ corpus_bleu
+    Mistake("corpus_bleu", "no clipping", bleu(match="sum(k for g, k in h.items() if g in r)"),
+            feedback="no clipping"),
+    Mistake("corpus_bleu", "no brevity penalty", bleu(bp="1.0"), feedback="no brevity penalty"),
+    Mistake("corpus_bleu", "brevity penalty applied when c > r too", bleu(bp="math.exp(1 - r / c)"),
+            feedback="applied when c > r"),
+    Mistake("corpus_bleu", "brevity penalty with r and c swapped", bleu(bp="math.exp(1 - c / r) if c < r else 1.0"),
+            feedback="swapped"),
+    Mistake("corpus_bleu", "arithmetic mean of the precisions", bleu(mean="sum(p) / max_n"),
+            feedback="arithmetic mean"),
+    Mistake("corpus_bleu", "n-grams counted across sentence boundaries",
+            bleu(corpus="[(sum(hypotheses, []), sum(references, []))]"), feedback="across sentence boundaries"),
+    Mistake("corpus_bleu", "add-one smoothing", bleu(match="sum((h & r).values()) + (n > 1)",
+                                                       zero="c == 0 or min(matches) == 0 or min(totals) == 0"),
+            feedback="smoothing"),
+    Mistake("corpus_bleu", "zero precisions left out of the mean", bleu(
+        zero="c == 0 or max(matches) == 0",
+        mean="math.exp(sum(math.log(x) for x in p if x > 0) / sum(x > 0 for x in p))"),
+            feedback="zero precisions left out"),
+    Mistake("corpus_bleu", "BLEU on a 0-1 scale", bleu(scale="1.0"), feedback="0-1 scale"),
+    Mistake("corpus_bleu", "max_n ignored", bleu(orders="4", mean="math.exp(sum(math.log(x) for x in p) / 4)").replace(
+        "[0] * max_n", "[0] * 4"), feedback="max_n ignored"),
+    Mistake("corpus_bleu", "empty hypotheses left out", bleu(
+        corpus="[(h, r) for h, r in zip(hypotheses, references) if h]").replace(
+        "c, r = sum(map(len, hypotheses)), sum(map(len, references))",
+        "c, r = sum(len(h) for h, _ in pairs), sum(len(r) for _, r in pairs)"), feedback="empty hypotheses left out"),
+    Mistake("corpus_bleu", "no ValueError when the lengths differ", bleu().replace(
+        'raise ValueError("lengths differ")', "pass")),
+    Mistake("corpus_bleu", "a ZeroDivisionError when every hypothesis is empty",
+            bleu(zero="min(matches) == 0 and c > 0")),
+    Mistake("corpus_bleu", "a 0-d tensor instead of a float", bleu(scale="torch.tensor(100.0)")),
+    Mistake("corpus_bleu", "a mean of sentence-level BLEU scores", '''
+_corpus_bleu_ok = corpus_bleu
+def corpus_bleu(hypotheses, references, max_n=4):
+    if len(hypotheses) != len(references):
+        raise ValueError("lengths differ")
+    return sum(_corpus_bleu_ok([h], [r], max_n) for h, r in zip(hypotheses, references)) / len(hypotheses)
+''', feedback="a mean of sentence-level BLEU"),
+    Mistake("corpus_bleu", "sacreBLEU's default exp smoothing", '''
+def corpus_bleu(hypotheses, references, max_n=4):
+    from sacrebleu.metrics import BLEU
+    if len(hypotheses) != len(references):
+        raise ValueError("lengths differ")
+    bleu = BLEU(tokenize="none", max_ngram_order=max_n)
+    return float(bleu.corpus_score([" ".join(h) for h in hypotheses], [[" ".join(r) for r in references]]).score)
+''', feedback="smoothing"),
 ]
