@@ -1,10 +1,12 @@
 """`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
-| claims [NN ...] [--force] | nbgrader-course DIR`.
+| claims [NN ...] [--force] | checkpoints [NN ...] [--force] [--check] | nbgrader-course DIR`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
 claims [NN ...]: each chapter's experiment over seeds, threads and solutions; every claim checked
 (course/claims.py; records in tests/claims/, cached by hash).
+checkpoints [NN ...]: train each chapter's declared longer runs whose code changed, on a GPU if present
+(course/checkpoints.py; weights and logs in attnkit/checkpoints_data/); --check trains nothing.
 """
 from __future__ import annotations
 
@@ -53,6 +55,9 @@ def main(argv: list[str]) -> int:
     if cmd == "claims":
         from course.claims import main as claims
         return claims(rest)
+    if cmd == "checkpoints":
+        from course.checkpoints import main as checkpoints
+        return checkpoints(rest)
     if cmd in ("alternative", "alternatives"):
         from course.alternatives import chapters_with_alternatives, check
         names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()

@@ -7,6 +7,7 @@ chapter 6's `BertEmbeddings`, as the reference solution and as the alternative o
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import pytest
 import torch
@@ -144,7 +145,8 @@ def test_bert_gives_transformers_logits_around_the_chapters_embeddings(bert, ch0
 def test_a_bert_without_heads_and_an_old_checkpoints_names(bert, ch06):
     """BertModel's bare state dict (no heads) with LayerNorm gamma/beta names into an instance."""
     _, ns = ch06
-    state = {k[len("bert."):].replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+    old = {"LayerNorm.weight": "LayerNorm.gamma", "LayerNorm.bias": "LayerNorm.beta"}
+    state = {functools.reduce(lambda k, kv: k.replace(*kv), old.items(), k[len("bert."):]): v
              for k, v in bert.state_dict().items() if k.startswith("bert.") and "pooler" not in k}
     embed = ns["BertEmbeddings"](V, D, max_len=32)
     model = load_bert(embed, state, n_heads=H)
