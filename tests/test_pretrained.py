@@ -163,3 +163,49 @@ def test_clear_errors_on_wrong_sizes_and_missing_heads(gpt2, bert):
         load_gpt2(ns5["GPT"](vocab_size=50, d_model=D, n_heads=H, d_ff=4 * D, n_layers=L, max_len=32), gpt2)
     with pytest.raises(ValueError, match="build them with eps=1e-12"):
         load_bert(ns6["BertEmbeddings"](V, D, max_len=32, eps=1e-5), bert)
+
+
+class _Tokenizer:
+    """Stands in for a transformers tokenizer in the page cells' offline run: ids from characters."""
+
+    mask_token_id = 3
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % V for c in text][:2]
+
+    def decode(self, ids) -> str:
+        return " ".join(map(str, ids.tolist()))
+
+    def __call__(self, text: str, return_tensors: str = "pt") -> dict:
+        ids = torch.tensor([[2, 5, 7, self.mask_token_id, 9]])
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [f"t{i}" for i in ids]
+
+
+def _page_cell(chapter: str) -> str:
+    from course.exercises import read_solution
+    cells = [c for c in read_solution(chapter).cells if "ATTNKIT_FETCH_WEIGHTS" in c.source and c.cell_type == "code"]
+    assert len(cells) == 1 and "skip-grading" in cells[0].metadata.get("tags", [])
+    return cells[0].source
+
+
+@pytest.mark.parametrize("chapter", ["05_gpt", "06_bert"])
+def test_the_optional_page_cell_is_opt_in_and_runs(chapter, gpt2, bert, monkeypatch, capsys):
+    """Without ATTNKIT_FETCH_WEIGHTS it fetches nothing; with it (the hub stubbed by the small random
+    models) it loads them into the reference's classes and prints a logit difference under 1e-5."""
+    source = _page_cell(chapter)
+    ns = dict(_chapter(chapter, "reference"))
+    monkeypatch.delenv("ATTNKIT_FETCH_WEIGHTS", raising=False)
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "from_pretrained", lambda name: pytest.fail("fetched"))
+    exec(compile(source, "<page cell>", "exec"), dict(ns))
+    assert capsys.readouterr().out.startswith("Skipped: set FETCH = True")
+    monkeypatch.setenv("ATTNKIT_FETCH_WEIGHTS", "1")
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "from_pretrained", lambda name: gpt2)
+    monkeypatch.setattr(transformers.BertForPreTraining, "from_pretrained", lambda name: bert)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name: _Tokenizer())
+    exec(compile(source, "<page cell>", "exec"), dict(ns))
+    out = capsys.readouterr().out
+    diff = float(out.split("largest logit difference from transformers: ")[1].split()[0])
+    assert diff < TOL and ("[MASK] -> ['t" in out if chapter == "06_bert" else len(out.splitlines()) == 2)
