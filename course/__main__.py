@@ -1,5 +1,5 @@
 """`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
-| claims [NN ...] [--force] | nbgrader-course DIR | corpora [--check]`.
+| claims [NN ...] [--force] | checkpoints [NN ...] [--force] [--check] | nbgrader-course DIR | corpora [--check]`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
@@ -7,6 +7,8 @@ claims [NN ...]: each chapter's experiment over seeds, threads and solutions; ev
 (course/claims.py; records in tests/claims/, cached by hash).
 corpora [--check]: re-extract attnkit/corpora_data/ from the pinned packages (course/corpora.py); --check
 compares a fresh extraction with the committed files.
+checkpoints [NN ...]: train each chapter's declared longer runs whose code changed, on a GPU if present
+(course/checkpoints.py; weights and logs in attnkit/checkpoints_data/); --check trains nothing.
 """
 from __future__ import annotations
 
@@ -58,6 +60,9 @@ def main(argv: list[str]) -> int:
     if cmd == "claims":
         from course.claims import main as claims
         return claims(rest)
+    if cmd == "checkpoints":
+        from course.checkpoints import main as checkpoints
+        return checkpoints(rest)
     if cmd in ("alternative", "alternatives"):
         from course.alternatives import chapters_with_alternatives, check
         names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()

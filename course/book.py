@@ -16,6 +16,7 @@ from nbclient import NotebookClient
 from course.exercises import ROOT, SOLUTIONS, chapters, clear_solutions, read_solution, render
 
 PAGES = ROOT / "book" / "chapters"
+CHECKPOINTS_DATA = ROOT / "attnkit" / "checkpoints_data"   # the longer runs a page loads (attnkit.checkpoints)
 
 
 def repository_url() -> str:
@@ -59,11 +60,13 @@ def runtime_pins() -> str:
 def source_hash(chapter: str) -> str:
     """A hash of what the executed page depends on: the chapter, the attnkit modules it imports,
     the code that executes and clears it (course/exercises.py), the runtime pins and, where there
-    is one, the record of the chapter's claims check (tests/claims/), whose verdicts the page shows.
+    is one, the record of the chapter's claims check (tests/claims/), whose verdicts the page shows,
+    and the records of its checkpoints (each holds its weights' checksum), which the page loads.
     Not references.bib nor the badges: they do not change the executed notebook."""
     from course.deps import digest
     record = ROOT / "tests" / "claims" / f"{chapter}.json"   # the claims check the page reports
     extra = [record] if record.exists() else []
+    extra += sorted((CHECKPOINTS_DATA / chapter).glob("*.json"))
     inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py", *extra])
     return hashlib.sha256(f"{inner}\n{runtime_pins()}".encode()).hexdigest()[:16]
 

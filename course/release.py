@@ -389,7 +389,7 @@ license = {{text = "MIT"}}
 packages = ["attnkit", "attnkit.checks", "autograder", "autograder.harness"]
 
 [tool.setuptools.package-data]
-"attnkit" = ["corpora_data/*"]
+"attnkit" = ["corpora_data/*", "checkpoints_data/*/*"]
 "attnkit.checks" = ["*.pt"]
 """
 
@@ -645,8 +645,8 @@ def release_leaks(folder: Path = OUT) -> list[tuple[Path, str]]:
                 or rel.as_posix().startswith(("autograder/batch", "autograder/exports")) \
                 or (rel.parts[0] == "autograder" and len(rel.parts) == 2 and rel.name != "__init__.py"):
             leaks.append((path, "instructor-only file"))
-        if path.suffix == ".pt" and not rel.as_posix().startswith("attnkit/checks/"):
-            leaks.append((path, "a tensor file outside the public checks"))
+        if path.suffix == ".pt" and not rel.as_posix().startswith(("attnkit/checks/", "attnkit/checkpoints_data/")):
+            leaks.append((path, "a tensor file outside the public checks and the trained checkpoints"))
     return leaks
 
 

@@ -573,6 +573,39 @@ l2, _ = tiny(torch.tensor([[1, 5, 7, 9, 9]]))
 print(torch.allclose(l1[:, :3], l2[:, :3], atol=1e-6))                       # True: causal
 
 # %% [markdown]
+# ### Optional: GPT-2 small in your own class
+#
+# Your `GPT` is GPT-2's architecture. `attnkit.pretrained.load_gpt2`
+# copies GPT-2 small's weights (124M parameters) into it: it transposes
+# GPT-2's `Conv1D` weights, ties the head to the token embedding and sets
+# your `mlp[1]` to the tanh GELU that GPT-2 uses. The cell compares your
+# model's logits with Hugging Face `transformers`' and lets it write. It
+# needs the internet and `pip install transformers` (about 550 MB of
+# weights), so it runs only when you set `FETCH = True` or the environment
+# variable `ATTNKIT_FETCH_WEIGHTS=1`. The course's tests check the same
+# equality offline, on a small random GPT-2.
+
+# %% tags=["skip-grading"]
+import os
+
+FETCH = os.environ.get("ATTNKIT_FETCH_WEIGHTS") == "1"
+if FETCH:
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from attnkit.pretrained import load_gpt2, max_logit_difference
+    hf_gpt2 = GPT2LMHeadModel.from_pretrained("gpt2").eval()
+    gpt2_tok = AutoTokenizer.from_pretrained("gpt2")
+    gpt2 = load_gpt2(GPT, hf_gpt2)                    # your class, at GPT-2 small's sizes
+    gpt2_ids = torch.tensor([gpt2_tok.encode("The attention mechanism lets a model")])
+    with torch.no_grad():
+        gpt2_diff = max_logit_difference(gpt2(gpt2_ids)[0], hf_gpt2(gpt2_ids).logits)
+    print(f"largest logit difference from transformers: {gpt2_diff:.1e}")  # float32 rounding only
+    print(gpt2_tok.decode(generate(gpt2, gpt2_ids, 30, temperature=0)[0]))  # greedy
+else:
+    print("Skipped: set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load GPT-2 small "
+          "into your GPT.")
+
+# %% [markdown]
 # ## Experiment
 #
 # ### In-context learning and induction heads

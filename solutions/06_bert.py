@@ -404,6 +404,42 @@ print(out.shape)  # torch.Size([1, 8, 8])
 assert torch.allclose(out.mean(-1), torch.zeros(1, 8), atol=1e-5)
 
 # %% [markdown]
+# ### Optional: BERT around your embeddings
+#
+# `attnkit.pretrained.load_bert` builds BERT around your `BertEmbeddings`,
+# with BERT's post-norm encoder layers (PyTorch's `nn.TransformerEncoderLayer`),
+# its pooler and its masked-LM head tied to your token embedding, and copies
+# `bert-base-uncased`'s weights into them. The cell compares the MLM
+# logits with Hugging Face `transformers`' and fills a `[MASK]`. It needs
+# the internet and `pip install transformers` (about 440 MB of weights), so
+# it runs only when you set `FETCH = True` or the environment variable
+# `ATTNKIT_FETCH_WEIGHTS=1`. The course's tests check the same equality
+# offline, on a small random BERT.
+
+# %% tags=["skip-grading"]
+import os
+
+FETCH = os.environ.get("ATTNKIT_FETCH_WEIGHTS") == "1"
+if FETCH:
+    from transformers import AutoTokenizer, BertForPreTraining
+
+    from attnkit.pretrained import load_bert, max_logit_difference
+    hf_bert = BertForPreTraining.from_pretrained("bert-base-uncased").eval()
+    bert_tok = AutoTokenizer.from_pretrained("bert-base-uncased")
+    bert = load_bert(BertEmbeddings, hf_bert)        # attnkit's Bert around your class
+    bert_enc = bert_tok("The capital of France is [MASK].", return_tensors="pt")
+    with torch.no_grad():
+        bert_mlm = bert.mlm_logits(bert_enc["input_ids"], bert_enc["token_type_ids"])
+        bert_diff = max_logit_difference(bert_mlm, hf_bert(**bert_enc).prediction_logits)
+    print(f"largest logit difference from transformers: {bert_diff:.1e}")  # float32 rounding only
+    mask_at = bert_enc["input_ids"][0].tolist().index(bert_tok.mask_token_id)
+    best = bert_mlm[0, mask_at].topk(5).indices                          # the 5 likeliest tokens
+    print("[MASK] ->", bert_tok.convert_ids_to_tokens(best.tolist()))
+else:
+    print("Skipped: set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased around "
+          "your BertEmbeddings.")
+
+# %% [markdown]
 # ### The masking rule
 #
 # `special_mask` marks the positions that may never be selected: `[CLS]`,
