@@ -714,7 +714,41 @@ def publish(folder: Path, remote: str, branch: str = "main", message: str | None
                                 text=True).stdout.strip() or "unknown"
         git("commit", "-q", "--allow-empty", "-m", message or f"Release from the course repository at {source}")
         git("push", "-q", remote, f"HEAD:refs/heads/{branch}")
+        point_head(remote, branch)
         return git("rev-parse", "HEAD")
+
+
+def local_git_dir(remote: str) -> Path | None:
+    """The git directory of a remote on this machine (a bare repository's folder, or a clone's .git)."""
+    path = Path(remote.removeprefix("file://"))
+    if (path / "HEAD").is_file() and (path / "refs").is_dir():
+        return path
+    return path / ".git" if (path / ".git" / "HEAD").is_file() else None
+
+
+def point_head(remote: str, branch: str) -> None:
+    """A remote on this machine whose HEAD names a branch it does not have (a fresh `git init --bare`
+    names master, git's default) gets HEAD = `branch`, so that `git clone` checks the release out.
+    A HEAD naming a branch that exists is the remote owner's choice: it is left alone."""
+    import subprocess
+    git_dir = local_git_dir(remote)
+    if git_dir is None:
+        return
+    git = lambda *a: subprocess.run(["git", f"--git-dir={git_dir}", *a], capture_output=True, text=True)  # noqa: E731
+    head = git("symbolic-ref", "-q", "HEAD").stdout.strip()
+    if head and git("rev-parse", "-q", "--verify", head).returncode != 0:
+        git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+
+
+def students_clone(remote: str, branch: str) -> str:
+    """The command that clones the release: `git clone REMOTE`, with `-b BRANCH` unless the remote's HEAD
+    names `branch` (a remote elsewhere sets its HEAD itself: GitHub's default branch)."""
+    import subprocess
+    done = subprocess.run(["git", "ls-remote", "--symref", remote, "HEAD"], capture_output=True, text=True)
+    head = re.search(r"^ref: (\S+)\tHEAD$", done.stdout, re.M)
+    if head and head.group(1) == f"refs/heads/{branch}":
+        return f"git clone {remote}"
+    return f"git clone -b {branch} {remote}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -737,6 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         commit = publish(out, args.publish, args.branch)
         print(f"published {out} to {args.publish} ({args.branch}): commit {commit[:12]}")
+        print(f"students clone it with: {students_clone(args.publish, args.branch)}")
     return 0
 
 
