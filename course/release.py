@@ -373,6 +373,7 @@ def verify_checks(data: dict, implementations: dict[str, dict]) -> list[str]:
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
+          "ipywidgets",  # what tqdm.auto draws its bars with in Jupyter (without it, a warning in every training cell)
           "jupyterlab")  # what students open the notebooks with
 
 

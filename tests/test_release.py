@@ -206,3 +206,13 @@ def test_a_remote_whose_head_is_another_branch_is_cloned_with_the_branch_named(t
     assert students_clone(str(remote), "main") == f"git clone -b main {remote}"
     head = subprocess.run(["git", f"--git-dir={remote}", "symbolic-ref", "HEAD"], capture_output=True, text=True)
     assert head.stdout.strip() == "refs/heads/master"
+
+
+def test_the_release_pins_ipywidgets_for_the_training_cells_progress_bars():
+    # attnkit.train's tqdm.auto draws a widget in Jupyter; without ipywidgets it warns in every training cell
+    from course.release import requirements
+    pins = dict(line.split("==") for line in requirements().splitlines() if "==" in line and not line.startswith("#"))
+    course = dict(re.match(r"([\w.-]+)==(\S+)", line).groups() for line in (ROOT / "requirements.txt").read_text()
+                  .splitlines() if re.match(r"[\w.-]+==", line))
+    assert "ipywidgets" in pins and pins["ipywidgets"] == course["ipywidgets"]
+    assert pins["tqdm"] == course["tqdm"]
