@@ -71,7 +71,7 @@ def chosen_students(jobs: list, students: list[str]) -> tuple[list, str]:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    """Grade a class with `autograder.batch`; see "Grading a class" in the README."""
+    """Grade a class with `autograder.batch`; see "Grade a folder" in book/instructors/class.md."""
     from autograder import batch
     from autograder.batch import deadlines, ids
     course, deadline, ided = None, None, None
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--submission-timeout", type=float, default=600.0,
                    help="seconds of grading per submission: tests not started by then fail; 120 s later "
                    "it is stopped (score 0, status timeout)")
-    c = g.add_argument_group("grading on a Dask cluster (see 'On a Dask cluster' in the README)")
+    c = g.add_argument_group("grading on a Dask cluster (see book/instructors/cluster.md)")
     c.add_argument("--scheduler", metavar="ADDRESS",
                    help="grade on the Dask workers of this scheduler, e.g. tcp://HOST:8786 or tls://HOST:8786")
     c.add_argument("--cluster", choices=("slurm", "pbs", "sge"),

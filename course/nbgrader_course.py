@@ -64,7 +64,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     for path in write_course(Path(args.dir), args.chapter):
         print(f"wrote {path}")
-    print(f"next: cd {args.dir} && nbgrader generate_assignment NN_name (see the README, \"nbgrader\")")
+    print(f"next: cd {args.dir} && nbgrader generate_assignment NN_name "
+          "(see \"Grading a course\" in book/instructors/nbgrader.md)")
     return 0
 
 

@@ -70,13 +70,20 @@ def reference_namespace(chapter: str, extra_code: str | None = None, path: Path 
     cells = list(read_submission(path or ROOT / "solutions" / f"{chapter}.py", chapter).cells)
     if extra_code is not None:
         cells.append({"cell_type": "code", "source": extra_code, "tags": []})
-    ns: dict = {"__name__": f"reference_{chapter}"}
-    seed_all(0)
-    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        errors = run_cells(cells, {"skip-grading"}, ns)
+    ns, errors = run_notebook(f"reference_{chapter}", cells)
     if errors:
         raise RuntimeError(f"the reference of {chapter} fails in cell {errors[0]['cell']}: {errors[0]['message']}")
     return ns
+
+
+def run_notebook(name: str, cells: list) -> tuple[dict, list[dict]]:
+    """(the names `cells` define, their errors), skip-grading cells skipped, from seed 0 as a student
+    process runs them; the cells are kept in the namespace (`__cells__`) for `mistaken_namespace`."""
+    ns: dict = {"__name__": name, "__cells__": cells}
+    seed_all(0)
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()), real_seeds():
+        errors = run_cells(cells, {"skip-grading"}, ns)
+    return ns, errors
 
 
 def reply_subset(reply: dict) -> dict:
@@ -176,7 +183,15 @@ def load_variants(chapter: str) -> list:
 
 
 def mistaken_namespace(ns: dict, code: str) -> dict | None:
-    """The reference's names with a known-wrong definition executed over them (None if it fails)."""
+    """The reference's names with a known-wrong (or known-correct) definition executed over them, None if
+    it fails. A namespace of `reference_namespace` is run again from its cells, the code appended, as the
+    graders' self-test appends it to the notebook: a mistake that patches a class in place
+    (`BiLM.contextualize = ...`) patches its own copy, never the reference's. Other namespaces (a few
+    functions) are copied, their objects shared."""
+    if "__cells__" in ns:
+        cells = [*ns["__cells__"], {"cell_type": "code", "source": code, "tags": []}]
+        copy, errors = run_notebook(ns["__name__"], cells)
+        return None if errors else copy  # a mistake that cannot be defined on its own names nothing
     copy = dict(ns)
     try:
         with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()), real_seeds():
@@ -359,6 +374,8 @@ HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
           "sacrebleu", "tokenizers",  # attnkit.metrics, attnkit.subwords; 01 checks corpus_bleu with sacreBLEU
+
+          "ipywidgets",  # what tqdm.auto draws its bars with in Jupyter (without it, a warning in every training cell)
           "jupyterlab")  # what students open the notebooks with
 
 
@@ -495,14 +512,16 @@ Released under the MIT licence (LICENSE).
 
 
 CACHE = ROOT / "_build" / "public-checks"
-RECORDING_VERSION = 3  # bump when the way checks are recorded changes: it invalidates the cache
+VERIFIED = ROOT / "tests" / "public_checks.json"  # committed: {chapter: the key and summary of its verified checks}
+RECORDING_VERSION = 4  # bump when the way checks are recorded changes: it invalidates the cache
 
 
 def inputs_key(chapter: str) -> str:
-    """A hash of everything a chapter's public checks are computed from."""
+    """A hash of everything a chapter's public checks are computed from (this file included)."""
     files = [ROOT / "solutions" / f"{chapter}.py", ROOT / "autograder" / "graders" / f"test_{chapter}.py",
              ROOT / "autograder" / "graders" / "conftest.py", ROOT / "tests" / "mistakes" / f"{chapter}.py",
              ROOT / "tests" / "alternatives" / f"{chapter}.py", ROOT / "tests" / "variants" / f"{chapter}.py",
+             Path(__file__), ROOT / "autograder" / "grade.py",
              *sorted(HARNESS.glob("*.py")), *sorted((ROOT / "attnkit").glob("*.py"))]
     h = hashlib.sha256(f"recording {RECORDING_VERSION}".encode())
     for f in files:
@@ -514,8 +533,11 @@ def cached_checks(chapter: str) -> tuple[dict, Path]:
     """The chapter's public checks (built, verified against the reference, saved), and their file;
     cached in _build/public-checks/ under a hash of their inputs."""
     path = CACHE / f"{chapter}-{inputs_key(chapter)}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=True), path
+    if path.exists():  # built and verified from these inputs
+        data = torch.load(path, weights_only=True)
+        if _load_verified().get(chapter, {}).get("key") != inputs_key(chapter):
+            record_verified(chapter, data["summary"])
+        return data, path
     data = build_checks(chapter)
     if data["refused"]:
         raise RuntimeError(f"{chapter}: {len(data['refused'])} public checks fail a known-correct implementation "
@@ -531,7 +553,30 @@ def cached_checks(chapter: str) -> tuple[dict, Path]:
     tmp = path.with_suffix(".tmp")
     torch.save({k: data[k] for k in ("format", "chapter", "checks", "functions", "summary")}, tmp)
     tmp.rename(path)
+    record_verified(chapter, data["summary"])
     return data, path
+
+
+def _load_verified() -> dict:
+    return json.loads(VERIFIED.read_text()) if VERIFIED.exists() else {}
+
+
+def record_verified(chapter: str, summary: dict) -> None:
+    """Note in tests/public_checks.json that the chapter's checks, built from its current inputs, pass
+    every known-correct implementation (commit the file: `make test` then builds nothing)."""
+    verified = _load_verified()
+    verified[chapter] = {"key": inputs_key(chapter), **summary}
+    VERIFIED.write_text(json.dumps(verified, indent=1, sort_keys=True) + "\n")
+
+
+def verified_checks(chapter: str) -> dict:
+    """The record of the chapter's public checks (tests/public_checks.json), built and verified first if
+    their inputs changed since (RuntimeError if a known-correct implementation fails one)."""
+    record = _load_verified().get(chapter)
+    if record is None or record.get("key") != inputs_key(chapter):
+        cached_checks(chapter)
+        record = _load_verified()[chapter]
+    return record
 
 
 def copy_package(src: Path, dest: Path) -> None:
@@ -673,7 +718,41 @@ def publish(folder: Path, remote: str, branch: str = "main", message: str | None
                                 text=True).stdout.strip() or "unknown"
         git("commit", "-q", "--allow-empty", "-m", message or f"Release from the course repository at {source}")
         git("push", "-q", remote, f"HEAD:refs/heads/{branch}")
+        point_head(remote, branch)
         return git("rev-parse", "HEAD")
+
+
+def local_git_dir(remote: str) -> Path | None:
+    """The git directory of a remote on this machine (a bare repository's folder, or a clone's .git)."""
+    path = Path(remote.removeprefix("file://"))
+    if (path / "HEAD").is_file() and (path / "refs").is_dir():
+        return path
+    return path / ".git" if (path / ".git" / "HEAD").is_file() else None
+
+
+def point_head(remote: str, branch: str) -> None:
+    """A remote on this machine whose HEAD names a branch it does not have (a fresh `git init --bare`
+    names master, git's default) gets HEAD = `branch`, so that `git clone` checks the release out.
+    A HEAD naming a branch that exists is the remote owner's choice: it is left alone."""
+    import subprocess
+    git_dir = local_git_dir(remote)
+    if git_dir is None:
+        return
+    git = lambda *a: subprocess.run(["git", f"--git-dir={git_dir}", *a], capture_output=True, text=True)  # noqa: E731
+    head = git("symbolic-ref", "-q", "HEAD").stdout.strip()
+    if head and git("rev-parse", "-q", "--verify", head).returncode != 0:
+        git("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+
+
+def students_clone(remote: str, branch: str) -> str:
+    """The command that clones the release: `git clone REMOTE`, with `-b BRANCH` unless the remote's HEAD
+    names `branch` (a remote elsewhere sets its HEAD itself: GitHub's default branch)."""
+    import subprocess
+    done = subprocess.run(["git", "ls-remote", "--symref", remote, "HEAD"], capture_output=True, text=True)
+    head = re.search(r"^ref: (\S+)\tHEAD$", done.stdout, re.M)
+    if head and head.group(1) == f"refs/heads/{branch}":
+        return f"git clone {remote}"
+    return f"git clone -b {branch} {remote}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -696,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish:
         commit = publish(out, args.publish, args.branch)
         print(f"published {out} to {args.publish} ({args.branch}): commit {commit[:12]}")
+        print(f"students clone it with: {students_clone(args.publish, args.branch)}")
     return 0
 
 

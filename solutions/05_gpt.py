@@ -55,7 +55,8 @@
 # {cite}`olsson2022`.
 
 # %%
-# Setup: on Colab or Binder this installs the course's helpers (`attnkit`); locally, make setup did.
+# Setup: on Colab or Binder this installs the course's helpers (`attnkit`). On your own machine,
+# `pip install -e .` did, as the README says (in the course's own repository, `make setup`).
 import importlib.util, subprocess, sys  # noqa: E401
 if importlib.util.find_spec("attnkit") is None:
     repo = "https://github.com/attention-course/attention-course"  # _config.yml: repository.url

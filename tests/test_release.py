@@ -175,3 +175,44 @@ def test_publish_pushes_the_release_alone_and_keeps_the_remotes_history(release,
     files = set(git("ls-tree", "-r", "--name-only", "main").split())
     assert {"README.md", f"exercises/{CHAPTER}.ipynb", "NOTE.md"} <= files
     assert not any(f.startswith(("solutions/", "tests/", "autograder/graders/")) for f in files)
+
+
+
+def small_release(tmp_path: Path, name: str = "release") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "README.md").write_text("the exercises\n")
+    return folder
+
+
+def test_publishing_to_a_fresh_bare_repository_gives_students_a_full_clone(tmp_path):
+    # `git init --bare` names master as HEAD (git's default); the release goes to main
+    from course.release import publish
+    remote = tmp_path / "public.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "master", str(remote)], check=True)
+    publish(small_release(tmp_path), str(remote))
+    subprocess.run(["git", "clone", "-q", str(remote), str(tmp_path / "clone")], check=True, capture_output=True)
+    assert (tmp_path / "clone" / "README.md").read_text() == "the exercises\n"
+    from course.release import students_clone
+    assert students_clone(str(remote), "main") == f"git clone {remote}"
+
+
+def test_a_remote_whose_head_is_another_branch_is_cloned_with_the_branch_named(tmp_path):
+    from course.release import publish, students_clone
+    remote = tmp_path / "public.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "master", str(remote)], check=True)
+    publish(small_release(tmp_path, "old"), str(remote), branch="master")  # the remote's own master: left alone
+    publish(small_release(tmp_path), str(remote))
+    assert students_clone(str(remote), "main") == f"git clone -b main {remote}"
+    head = subprocess.run(["git", f"--git-dir={remote}", "symbolic-ref", "HEAD"], capture_output=True, text=True)
+    assert head.stdout.strip() == "refs/heads/master"
+
+
+def test_the_release_pins_ipywidgets_for_the_training_cells_progress_bars():
+    # attnkit.train's tqdm.auto draws a widget in Jupyter; without ipywidgets it warns in every training cell
+    from course.release import requirements
+    pins = dict(line.split("==") for line in requirements().splitlines() if "==" in line and not line.startswith("#"))
+    course = dict(re.match(r"([\w.-]+)==(\S+)", line).groups() for line in (ROOT / "requirements.txt").read_text()
+                  .splitlines() if re.match(r"[\w.-]+==", line))
+    assert "ipywidgets" in pins and pins["ipywidgets"] == course["ipywidgets"]
+    assert pins["tqdm"] == course["tqdm"]

@@ -86,6 +86,16 @@ def test_colab_setup_cell_installs_from_the_configured_repository(path):
         f"{repository_url()}"
 
 
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_the_setup_cell_says_what_a_student_ran_on_their_machine(path):
+    # the student release has no Makefile: its README says `pip install -e .`
+    from course.release import README
+    cell = "# Setup:" + path.read_text().split("# Setup:", 1)[1].split("\nimport ", 1)[0]
+    comment = " ".join(re.findall(r"^# (.*)$", cell, re.M))
+    assert "`pip install -e .`" in comment and "pip install -e ." in README, comment
+    assert "make setup" not in comment or "course's own repository" in comment, comment
+
+
 def test_badges_use_the_configured_repository():
     from course import book
     assert f"https://github.com/{book.REPO}" == repository_url()

@@ -62,7 +62,8 @@ def connect(address, connect_timeout: float = 10.0):
     """A `distributed.Client` for a scheduler address (or a cluster object, e.g. a SLURMCluster).
 
     TLS: a tls:// address uses the `distributed.comm.tls` settings of the Dask
-    configuration (~/.config/dask/*.yaml or DASK_* variables); see the README.
+    configuration (~/.config/dask/*.yaml or DASK_* variables); see
+    "TLS (hosts on a shared network)" in book/instructors/cluster.md.
     """
     from distributed import Client
     if isinstance(address, str):

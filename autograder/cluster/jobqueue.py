@@ -3,8 +3,9 @@
 The cluster's settings (partition, account, cores, memory, walltime, the
 Python of the course's venv, ...) come from Dask's configuration, section
 `jobqueue.<kind>`: ~/.config/dask/jobqueue.yaml, DASK_JOBQUEUE__* variables, or
-the YAML file given with `--cluster-config FILE`. The README has a worked
-Slurm file. Each batch job runs `processes` Dask workers of one thread each.
+the YAML file given with `--cluster-config FILE`. A worked Slurm file: see
+"Slurm, from a login node" in book/instructors/cluster.md. Each batch job runs
+`processes` Dask workers of one thread each.
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def load_config(path: str | Path | None) -> None:
     except (OSError, yaml.YAMLError) as exc:
         raise JobqueueError(f"cannot read the cluster configuration {path}: {exc}") from None
     if not isinstance(data, dict) or "jobqueue" not in data:
-        raise JobqueueError(f"{path} has no `jobqueue:` section (see the README, 'On a Dask cluster')")
+        raise JobqueueError(f"{path} has no `jobqueue:` section (see \"Slurm, from a login node\" in "
+                            "book/instructors/cluster.md)")
     dask.config.update(dask.config.config, dask.config.expand_environment_variables(data), priority="new")
 
 
@@ -50,12 +52,14 @@ def make_cluster(kind: str, config_file: str | Path | None = None, tls: bool = F
     settings = dask.config.get(f"jobqueue.{kind}", {})
     if not settings.get("cores") or not settings.get("memory"):
         raise JobqueueError(f"set jobqueue.{kind}.cores and .memory in the Dask configuration or in "
-                            "--cluster-config FILE (see the README, 'On a Dask cluster')")
+                            "--cluster-config FILE (see \"Slurm, from a login node\" in "
+                            "book/instructors/cluster.md)")
     if tls:
         from distributed.security import Security
         if not dask.config.get("distributed.comm.tls.ca-file", None):
             raise JobqueueError("--tls needs distributed.comm.tls.ca-file and the scheduler's, workers' and "
-                                "client's cert and key in the Dask configuration (see the README, 'TLS')")
+                                "client's cert and key in the Dask configuration (see \"TLS (hosts on a shared "
+                                "network)\" in book/instructors/cluster.md)")
         overrides = {"security": Security(), "protocol": "tls://", **overrides}
     return getattr(dask_jobqueue, KINDS[kind])(**overrides)
 

@@ -11,7 +11,7 @@ up each child) and `SANDBOX_UID`, an unprivileged host uid the student
 child switches to, so that RLIMIT_NPROC applies to it (the kernel never
 applies it to host root). Without bwrap the zygote is a plain subprocess and
 each child only gets rlimits, its own session and temporary folder, and,
-under root, its own uid; see "The sandbox around student code" in the README.
+under root, its own uid; see book/instructors/sandbox.md.
 """
 from __future__ import annotations
 
@@ -437,5 +437,5 @@ class Sandbox:
 
 
 def describe_limits(limits: Limits) -> dict:
-    """The limits as a plain dict (for the README and results metadata)."""
+    """The limits as a plain dict (for results metadata; book/instructors/sandbox.md lists them)."""
     return asdict(limits)

@@ -378,7 +378,8 @@ def cuda_ready(gpu_bytes: int | None) -> bool:
     """Whether CUDA really works in this process, after capping torch's GPU memory at `gpu_bytes`.
 
     The cap is torch's caching-allocator fraction of device 0: it bounds what torch allocates, and
-    code that calls set_per_process_memory_fraction again can lift it (see the README).
+    code that calls set_per_process_memory_fraction again can lift it (see "Grading on a GPU" in
+    book/instructors/sandbox.md).
     """
     if not torch.cuda.is_available():
         return False
