@@ -374,7 +374,7 @@ HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
           "sacrebleu", "tokenizers",  # attnkit.metrics, attnkit.subwords; 01 checks corpus_bleu with sacreBLEU
-          "ipywidgets",  # what tqdm.auto draws its bars with in Jupyter (without it, a warning in every training cell)
+          "ipywidgets",  # tqdm.auto draws its bars with it in Jupyter (else a warning in each training cell)
           "jupyterlab")  # what students open the notebooks with
 
 
