@@ -373,8 +373,8 @@ def verify_checks(data: dict, implementations: dict[str, dict]) -> list[str]:
 HARNESS = ROOT / "autograder" / "harness"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "checks")
 PINNED = ("torch", "numpy", "matplotlib", "tqdm", "ipykernel",  # what exercises and attnkit import
-          "sacrebleu", "tokenizers",  # attnkit.metrics, attnkit.subwords; 01 checks corpus_bleu with sacreBLEU
-          "ipywidgets",  # tqdm.auto draws its bars with it in Jupyter (else a warning in each training cell)
+          "sacrebleu", "tokenizers",  # attnkit.metrics and attnkit.subwords
+          "ipywidgets",  # tqdm.auto draws its bars with it in Jupyter
           "jupyterlab")  # what students open the notebooks with
 
 
