@@ -63,7 +63,7 @@ def looks_like(cells: list[dict], chapter: str) -> str | None:
     They are when they define fewer than half of `chapter`'s graded functions and at least half of
     another chapter's (and more of its share than of `chapter`'s).
     """
-    from autograder.grade import graded_functions
+    from autograder.graded import graded_functions  # imports torch: only when a notebook is checked
     from autograder.paths import chapters
     names = defined_names(cells)
 
