@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from autograder import late
+from autograder.assignment import keep_chapter
 from autograder.harness.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
 
 
@@ -34,7 +35,8 @@ def cluster_runner(args: argparse.Namespace):
 
 def assignment_of(args: argparse.Namespace, jobs: list, course=None) -> tuple[list, str | None, str]:
     """(the jobs, the chapter they are graded as, why grading cannot start): --chapter; for nbgrader,
-    the assignment's (per notebook); for a folder, the one chapter its notebooks name (else refused)."""
+    the assignment's (per notebook); else the chapter kept in OUT by an earlier run; else the one
+    chapter the notebooks name (else refused)."""
     if course is not None:
         from autograder.exports import nbgrader as nbgrader_io
         jobs, left_out, problem = nbgrader_io.assign_chapters(course, args.assignment, jobs, args.chapter)
@@ -43,9 +45,13 @@ def assignment_of(args: argparse.Namespace, jobs: list, course=None) -> tuple[li
                   f"{', '.join(str(j.path) for j in left_out[:10])}", file=sys.stderr)
         found = {j.chapter for j in jobs}
         return jobs, found.pop() if len(found) == 1 else None, problem
+    from autograder.assignment import KEPT, infer_chapter, kept_chapter
     if args.chapter:
         return jobs, args.chapter, ""
-    from autograder.assignment import infer_chapter
+    if kept := kept_chapter(Path(args.out)):
+        print(f"grading as {kept}, the chapter kept in {Path(args.out) / KEPT} (--chapter to change it)",
+              file=sys.stderr)
+        return jobs, kept, ""
     from autograder.batch.io import stored_results
     recorded: dict[str, list[str]] = {}
     for name, result in stored_results(Path(args.out)).items():
@@ -107,6 +113,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if course is None and chapter:
+        keep_chapter(out, chapter)
     settings = batch.Settings(out, jobs=args.jobs, chapter=chapter, isolation=args.isolation,
                               call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
                               force=args.force or bool(args.student), progress=not args.no_progress,
@@ -173,6 +181,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if chapter:
+        keep_chapter(out, chapter)
     job = jobs[0]
     with Sandbox(Limits(call_seconds=args.call_timeout), isolation=args.isolation) as sandbox:
         from autograder.grade import for_one_notebook, grade_submission  # imports torch while the zygote does
