@@ -79,7 +79,7 @@ def chosen_students(jobs: list, students: list[str]) -> tuple[list, str]:
 def cmd_batch(args: argparse.Namespace) -> int:
     """Grade a class with `autograder.batch`; see "Grading a class" in the README."""
     from autograder import batch
-    from autograder.batch import deadlines, ids
+    from autograder.batch import deadlines, ids, lms
     course, deadline, ided = None, None, None
     if args.nbgrader_course:
         from autograder.exports import nbgrader as nbgrader_io
@@ -115,6 +115,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return 2
     if course is None and chapter:
         keep_chapter(out, chapter)
+    try:
+        lms_csv = lms.from_args(args, out, chapter)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     settings = batch.Settings(out, jobs=args.jobs, chapter=chapter, isolation=args.isolation,
                               call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
                               force=args.force or bool(args.student), progress=not args.no_progress,
@@ -142,12 +147,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if ided is not None and ided.unmatched:
         print(f"{len(ided.unmatched)} notebooks have no student id (graded; left out of the LMS CSV):\n"
               + ids.unmatched_text(ided), file=sys.stderr)
-    if args.lms_csv:
-        columns = tuple(args.lms_columns.split(",", 1))
-        left_out = batch.write_lms_csv(Path(args.lms_csv), ids.lms_report(report), columns)
-        if left_out:
-            print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
-                  file=sys.stderr)
+    if lms_csv:
+        write_lms(lms_csv, report)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
     print(f"{len(jobs)} submission{'s' if len(jobs) != 1 else ''}: {report.graded} graded now, "
           f"{report.skipped} already done; all {len(report.jobs)} in {out}: {counts}")
@@ -155,6 +156,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if report.aborted:
         print(report.aborted, file=sys.stderr)
     return 130 if report.interrupted else 1 if report.aborted or report.counts().get("crashed") else 0
+
+
+def write_lms(lms_csv, report) -> None:
+    """Write the LMS CSV from the whole class's `report`; name the students it leaves out."""
+    left_out = lms_csv.write(report)
+    if left_out:
+        print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
+              file=sys.stderr)
 
 
 def read_secret_arg(args: argparse.Namespace) -> bool:
@@ -183,7 +192,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     if chapter:
         keep_chapter(out, chapter)
+    from autograder.batch import deadlines, lms
+    try:  # what the class run kept in OUT applies here too: its deadline, its LMS CSV
+        deadline, lms_csv = deadlines.from_args(args, out), lms.from_args(args, out, chapter)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     job = jobs[0]
+    previous = batch.read_result(out, job)
     with Sandbox(Limits(call_seconds=args.call_timeout), isolation=args.isolation) as sandbox:
         from autograder.grade import for_one_notebook, grade_submission  # imports torch while the zygote does
         from autograder.harness.seeds import student_key
@@ -191,11 +207,15 @@ def cmd_grade(args: argparse.Namespace) -> int:
         key = student_key(args.secret, batch.student_id(job)) if args.secret else None  # as a batch keys it
         result = batch.stamp(grade_submission(job.path, sandbox, chapter, inputs_key=key), job,
                              batch.sha256_of(job.path))
+    if deadline is not None:
+        deadlines.apply(batch.Report([job], {job.name: result}), deadline, deadlines.remembered(job, previous))
     try:
-        batch.record_alone(out, job, result)
+        report = batch.record_alone(out, job, result)
     except RuntimeError as exc:  # a batch is writing to OUT
         print(exc, file=sys.stderr)
         return 2
+    if lms_csv:
+        write_lms(lms_csv, report)
     from autograder.harness.results import function_report
     print(function_report(result))  # what a student needs, in the terminal
     print()
@@ -306,8 +326,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="grade DIR/submitted/<student>/ASSIGNMENT/*.ipynb; write nbgrader's gradebook and feedback")
     g.add_argument("--assignment", help="the nbgrader assignment to grade (with --nbgrader-course)")
     g.add_argument("--lms-csv", metavar="FILE", help="also write FILE: one row per student, id and score")
-    g.add_argument("--lms-columns", default="student_id,score",
-                   help="header of the LMS CSV's two columns (default: student_id,score)")
+    g.add_argument("--lms-columns", metavar="ID_COLUMN,SCORE_COLUMN",
+                   help="the LMS CSV's id and score columns (default: student_id,score; canvas: ID,NN_name)")
+    g.add_argument("--lms-format", choices=("plain", "canvas"),
+                   help="plain: the two columns; canvas: Canvas's gradebook columns (Student, ID, SIS User ID, "
+                   "SIS Login ID, Section, then the score). Kept in OUT/lms.json with --lms-csv for later runs")
     g.add_argument("--roster", metavar="CSV", help="student ids: a header row, then rows of (file name or glob "
                    "pattern, id); without it, Canvas, Moodle and Gradescope download names give the ids")
     late.add_arguments(g)
@@ -352,6 +375,4 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("grade needs --out DIR")
     if args.command == "grade" and args.scheduler and args.cluster:
         parser.error("--scheduler and --cluster: give one")
-    if args.command == "grade" and len(args.lms_columns.split(",")) != 2:
-        parser.error("--lms-columns takes two names: ID_COLUMN,SCORE_COLUMN")
     return args.func(args)
