@@ -98,7 +98,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         jobs, out = batch.find_jobs(args.paths), Path(args.out)
         jobs = batch.same_files_as_before(jobs, out)  # first: a roster or an LMS name given later still wins
         try:
-            ided = ids.identify(args.paths, jobs, ids.Roster.read(Path(args.roster)) if args.roster else None)
+            roster = ids.kept_roster(out, args.roster)
+            ided = ids.identify(args.paths, jobs, ids.Roster.read(roster) if roster else None)
             deadline = deadlines.from_args(args, out)
         except ValueError as exc:
             print(exc, file=sys.stderr)
