@@ -79,7 +79,7 @@ def chosen_students(jobs: list, students: list[str]) -> tuple[list, str]:
 def cmd_batch(args: argparse.Namespace) -> int:
     """Grade a class with `autograder.batch`; see "Grading a class" in the README."""
     from autograder import batch
-    from autograder.batch import deadlines, ids, lms
+    from autograder.batch import deadlines, duplicates, ids, lms
     course, deadline, ided = None, None, None
     if args.nbgrader_course:
         from autograder.exports import nbgrader as nbgrader_io
@@ -109,6 +109,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print("no notebooks found", file=sys.stderr)
         return 2
     jobs, chapter, problem = assignment_of(args, jobs, course)
+    choices = [] if problem or ided is None else duplicates.choose(jobs, chapter, out, ided.identities)
+    for choice in choices:
+        print(choice.describe(), file=sys.stderr)
+    jobs = [job for job in jobs if job.name not in duplicates.superseded_names(choices)]
     if not problem and args.student:
         jobs, problem = chosen_students(jobs, args.student)
     if problem:
@@ -135,6 +139,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     finally:
         if started is not None:
             started.close()  # cancels the batch jobs
+    duplicates.mark(report, choices)
     done = [(j, r) for j in report.jobs  # the whole class: every result in OUT
             if (r := report.results.get(j.name)) and r["extra_data"].get("status") in batch.FINAL]
     if course is not None:
@@ -193,7 +198,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     if chapter:
         keep_chapter(out, chapter)
-    from autograder.batch import deadlines, lms
+    from autograder.batch import deadlines, duplicates, lms
+    from autograder.batch.io import whole
     try:  # what the class run kept in OUT applies here too: its deadline, its LMS CSV
         deadline, lms_csv = deadlines.from_args(args, out), lms.from_args(args, out, chapter)
     except ValueError as exc:
@@ -201,6 +207,22 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     job = jobs[0]
     previous = batch.read_result(out, job)
+    choices = duplicates.choose([job], chapter, out, deadlines.remembered(job, previous))
+    newer = [c for c in choices if job in c.superseded]
+    if newer:  # an older notebook of a student whose newer one counts: not graded, as in the class run
+        print(f"not graded: {newer[0].student} handed in a newer notebook of {newer[0].chapter}, "
+              f"{newer[0].kept.path} ({newer[0].when(newer[0].kept)}), which counts; this one was "
+              f"{newer[0].when(job)}", file=sys.stderr)
+        report = duplicates.mark(whole(batch.Report([], {}), out), choices)
+        try:
+            deadlines.write_back(out, report)
+        except RuntimeError as exc:  # a batch is writing to OUT
+            print(exc, file=sys.stderr)
+            return 2
+        if lms_csv:
+            write_lms(lms_csv, report)
+        print(f"results in {out / job.name / 'results.json'} (status superseded); class table {out / 'grades.csv'}")
+        return 0
     with Sandbox(Limits(call_seconds=args.call_timeout), isolation=args.isolation) as sandbox:
         from autograder.grade import for_one_notebook, grade_submission  # imports torch while the zygote does
         from autograder.harness.seeds import student_key
@@ -212,6 +234,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
         deadlines.apply(batch.Report([job], {job.name: result}), deadline, deadlines.remembered(job, previous))
     try:
         report = batch.record_alone(out, job, result)
+        if choices:  # older notebooks of this student in OUT no longer count
+            deadlines.write_back(out, duplicates.mark(report, choices))
     except RuntimeError as exc:  # a batch is writing to OUT
         print(exc, file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.batch.ids import GROUP_SEPARATOR, Identity, read_pairs
-from autograder.batch.io import Job, Report, locked, read_result, result_path, write_grades_csv
+from autograder.batch.io import SUPERSEDED, Job, Report, locked, read_result, result_path, write_grades_csv
 from autograder.harness.atomic import write_json
 from autograder import late
 
@@ -156,7 +156,7 @@ def apply(report: Report, deadline: Deadline, identities: dict[str, Identity] | 
     checked = Checked()
     for job in report.jobs:
         result = report.results.get(job.name)
-        if result is None or result.get("extra_data", {}).get("status") == "crashed":
+        if result is None or result.get("extra_data", {}).get("status") in ("crashed", SUPERSEDED):
             continue
         identity = (identities or {}).get(job.name)
         submitted, source = submission_time(job, identity)

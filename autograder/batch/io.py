@@ -22,6 +22,7 @@ from autograder.late import CSV_COLUMNS as LATE_COLUMNS, csv_cells as late_cells
 from autograder.version import grader_version
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
+SUPERSEDED = "superseded"  # not graded: a newer notebook of the same student and chapter counts (`duplicates`)
 CSV_HEADER = ["submission", "chapter", "score", "max", "status", *LATE_COLUMNS]  # score: after any late penalty
 
 
@@ -152,12 +153,14 @@ def write_grades_csv(out: Path, report: Report) -> Path:
 
 
 def lms_rows(report: Report) -> tuple[list[list], list[str]]:
-    """(student id, score) rows, a student's notebooks summed; and the students left out
-    because one of their notebooks is not graded yet (pending) or its grading crashed."""
+    """(student id, score) rows, a student's notebooks summed (a superseded one left out); and the
+    students left out because one of their notebooks is not graded yet (pending) or its grading crashed."""
     totals: dict[str, float] = {}
     incomplete: set[str] = set()
     for job in report.jobs:
         res = report.results.get(job.name)
+        if res is not None and res["extra_data"].get("status") == SUPERSEDED:
+            continue
         if res is None or res["extra_data"].get("status") not in FINAL:
             incomplete.add(job.student)
         else:
