@@ -199,7 +199,8 @@ def stored_results(out: Path) -> dict[str, dict]:
 def stored_job(name: str, result: dict) -> Job:
     """The job a stored result was graded as (from its bookkeeping)."""
     extra = result["extra_data"]
-    return Job(name, Path(extra.get("path") or name), extra.get("student") or name.split("/")[0],
+    student = extra["student"] if isinstance(extra.get("student"), str) else name.split("/")[0]  # "": no id
+    return Job(name, Path(extra.get("path") or name), student,
                extra.get("notebook") or Path(name).name, extra.get("chapter"))
 
 
@@ -222,8 +223,10 @@ def same_files_as_before(jobs: list[Job], out: Path) -> list[Job]:
     aligned = []
     for job in jobs:
         name, result = by_path.get(str(job.path.resolve()), (None, None))
-        aligned.append(job if name is None else replace(job, name=name, student=result["extra_data"].get(
-            "student") or job.student, notebook=result["extra_data"].get("notebook") or job.notebook))
+        extra = {} if result is None else result["extra_data"]
+        student = extra["student"] if isinstance(extra.get("student"), str) else job.student  # "": no id
+        aligned.append(job if name is None else replace(job, name=name, student=student,
+                                                        notebook=extra.get("notebook") or job.notebook))
     return aligned
 
 
