@@ -3,21 +3,42 @@
 A submission is graded as the chapter it was handed in for: `--chapter`, the nbgrader assignment
 (`autograder.exports.nbgrader.course_chapters`), the Gradescope zip's chapter; a folder graded
 without `--chapter`, as the one chapter its notebooks name (`infer_chapter`); a single notebook, as
-the chapter it names. The notebook's content never chooses the chapter; it can only be refused:
+the chapter it names. The chapter a class folder is graded as is kept in OUT/assignment.json
+(`kept_chapter`), as its deadline is kept in OUT/deadline.json: every later command on that folder
+(a rerun, `--student`, one notebook regraded alone) grades as it without `--chapter`, even when a
+wrong-chapter notebook is in the class. The notebook's content never chooses the chapter; it can only be refused:
 a notebook whose metadata names another chapter, or that defines most of another chapter's graded
 functions and few of its own (`looks_like`), gets 0 out of the assignment's maximum, with a message
 naming the chapter it looks like.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
 
+from autograder.harness.atomic import write_json
 from autograder.harness.notebook import BadSubmission, read_submission
 
 DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
 ENOUGH = 0.5  # the share of a chapter's graded functions a notebook of that chapter defines at least
+KEPT = "assignment.json"  # in a class's output folder: {"chapter": "NN_name"}
+
+
+def kept_chapter(out: Path) -> str | None:
+    """The chapter the class in `out` is graded as, kept by an earlier run (None: none kept)."""
+    try:
+        chapter = json.loads((Path(out) / KEPT).read_text()).get("chapter")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return chapter if isinstance(chapter, str) and chapter else None
+
+
+def keep_chapter(out: Path, chapter: str) -> None:
+    """Keep `chapter` as the one the class in `out` is graded as (a --chapter given later replaces it)."""
+    if kept_chapter(out) != chapter:
+        write_json(Path(out) / KEPT, {"chapter": chapter})
 
 
 def stated_chapter(path: Path) -> str | None:
@@ -63,7 +84,7 @@ def looks_like(cells: list[dict], chapter: str) -> str | None:
     They are when they define fewer than half of `chapter`'s graded functions and at least half of
     another chapter's (and more of its share than of `chapter`'s).
     """
-    from autograder.grade import graded_functions
+    from autograder.graded import graded_functions  # imports torch: only when a notebook is checked
     from autograder.paths import chapters
     names = defined_names(cells)
 

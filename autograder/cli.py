@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from autograder import late
+from autograder.assignment import keep_chapter
 from autograder.harness.sandbox import Limits, Sandbox  # light: the zygote starts before torch is imported here
 
 
@@ -34,7 +35,8 @@ def cluster_runner(args: argparse.Namespace):
 
 def assignment_of(args: argparse.Namespace, jobs: list, course=None) -> tuple[list, str | None, str]:
     """(the jobs, the chapter they are graded as, why grading cannot start): --chapter; for nbgrader,
-    the assignment's (per notebook); for a folder, the one chapter its notebooks name (else refused)."""
+    the assignment's (per notebook); else the chapter kept in OUT by an earlier run; else the one
+    chapter the notebooks name (else refused)."""
     if course is not None:
         from autograder.exports import nbgrader as nbgrader_io
         jobs, left_out, problem = nbgrader_io.assign_chapters(course, args.assignment, jobs, args.chapter)
@@ -43,9 +45,13 @@ def assignment_of(args: argparse.Namespace, jobs: list, course=None) -> tuple[li
                   f"{', '.join(str(j.path) for j in left_out[:10])}", file=sys.stderr)
         found = {j.chapter for j in jobs}
         return jobs, found.pop() if len(found) == 1 else None, problem
+    from autograder.assignment import KEPT, infer_chapter, kept_chapter
     if args.chapter:
         return jobs, args.chapter, ""
-    from autograder.assignment import infer_chapter
+    if kept := kept_chapter(Path(args.out)):
+        print(f"grading as {kept}, the chapter kept in {Path(args.out) / KEPT} (--chapter to change it)",
+              file=sys.stderr)
+        return jobs, kept, ""
     from autograder.batch.io import stored_results
     recorded: dict[str, list[str]] = {}
     for name, result in stored_results(Path(args.out)).items():
@@ -73,7 +79,7 @@ def chosen_students(jobs: list, students: list[str]) -> tuple[list, str]:
 def cmd_batch(args: argparse.Namespace) -> int:
     """Grade a class with `autograder.batch`; see "Grade a folder" in book/instructors/class.md."""
     from autograder import batch
-    from autograder.batch import deadlines, ids
+    from autograder.batch import deadlines, duplicates, ids, lms
     course, deadline, ided = None, None, None
     if args.nbgrader_course:
         from autograder.exports import nbgrader as nbgrader_io
@@ -92,7 +98,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         jobs, out = batch.find_jobs(args.paths), Path(args.out)
         jobs = batch.same_files_as_before(jobs, out)  # first: a roster or an LMS name given later still wins
         try:
-            ided = ids.identify(args.paths, jobs, ids.Roster.read(Path(args.roster)) if args.roster else None)
+            roster = ids.kept_roster(out, args.roster)
+            ided = ids.identify(args.paths, jobs, ids.Roster.read(roster) if roster else None)
             deadline = deadlines.from_args(args, out)
         except ValueError as exc:
             print(exc, file=sys.stderr)
@@ -102,10 +109,21 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print("no notebooks found", file=sys.stderr)
         return 2
     jobs, chapter, problem = assignment_of(args, jobs, course)
+    choices = [] if problem or ided is None else duplicates.choose(jobs, chapter, out, ided.identities)
+    for choice in choices:
+        print(choice.describe(), file=sys.stderr)
+    jobs = [job for job in jobs if job.name not in duplicates.superseded_names(choices)]
     if not problem and args.student:
         jobs, problem = chosen_students(jobs, args.student)
     if problem:
         print(problem, file=sys.stderr)
+        return 2
+    if course is None and chapter:
+        keep_chapter(out, chapter)
+    try:
+        lms_csv = lms.from_args(args, out, chapter)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
     settings = batch.Settings(out, jobs=args.jobs, chapter=chapter, isolation=args.isolation,
                               call_timeout=args.call_timeout, submission_timeout=args.submission_timeout,
@@ -121,6 +139,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     finally:
         if started is not None:
             started.close()  # cancels the batch jobs
+    duplicates.mark(report, choices)
     done = [(j, r) for j in report.jobs  # the whole class: every result in OUT
             if (r := report.results.get(j.name)) and r["extra_data"].get("status") in batch.FINAL]
     if course is not None:
@@ -134,12 +153,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if ided is not None and ided.unmatched:
         print(f"{len(ided.unmatched)} notebooks have no student id (graded; left out of the LMS CSV):\n"
               + ids.unmatched_text(ided), file=sys.stderr)
-    if args.lms_csv:
-        columns = tuple(args.lms_columns.split(",", 1))
-        left_out = batch.write_lms_csv(Path(args.lms_csv), ids.lms_report(report), columns)
-        if left_out:
-            print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
-                  file=sys.stderr)
+    if lms_csv:
+        write_lms(lms_csv, report)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(report.counts().items()))
     print(f"{len(jobs)} submission{'s' if len(jobs) != 1 else ''}: {report.graded} graded now, "
           f"{report.skipped} already done; all {len(report.jobs)} in {out}: {counts}")
@@ -147,6 +162,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if report.aborted:
         print(report.aborted, file=sys.stderr)
     return 130 if report.interrupted else 1 if report.aborted or report.counts().get("crashed") else 0
+
+
+def write_lms(lms_csv, report) -> None:
+    """Write the LMS CSV from the whole class's `report`; name the students it leaves out."""
+    left_out = lms_csv.write(report)
+    if left_out:
+        print(f"LMS CSV: {len(left_out)} students left out (not graded yet): {', '.join(left_out[:10])}",
+              file=sys.stderr)
 
 
 def read_secret_arg(args: argparse.Namespace) -> bool:
@@ -173,7 +196,33 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if chapter:
+        keep_chapter(out, chapter)
+    from autograder.batch import deadlines, duplicates, lms
+    from autograder.batch.io import whole
+    try:  # what the class run kept in OUT applies here too: its deadline, its LMS CSV
+        deadline, lms_csv = deadlines.from_args(args, out), lms.from_args(args, out, chapter)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     job = jobs[0]
+    previous = batch.read_result(out, job)
+    choices = duplicates.choose([job], chapter, out, deadlines.remembered(job, previous))
+    newer = [c for c in choices if job in c.superseded]
+    if newer:  # an older notebook of a student whose newer one counts: not graded, as in the class run
+        print(f"not graded: {newer[0].student} handed in a newer notebook of {newer[0].chapter}, "
+              f"{newer[0].kept.path} ({newer[0].when(newer[0].kept)}), which counts; this one was "
+              f"{newer[0].when(job)}", file=sys.stderr)
+        report = duplicates.mark(whole(batch.Report([], {}), out), choices)
+        try:
+            deadlines.write_back(out, report)
+        except RuntimeError as exc:  # a batch is writing to OUT
+            print(exc, file=sys.stderr)
+            return 2
+        if lms_csv:
+            write_lms(lms_csv, report)
+        print(f"results in {out / job.name / 'results.json'} (status superseded); class table {out / 'grades.csv'}")
+        return 0
     with Sandbox(Limits(call_seconds=args.call_timeout), isolation=args.isolation) as sandbox:
         from autograder.grade import for_one_notebook, grade_submission  # imports torch while the zygote does
         from autograder.harness.seeds import student_key
@@ -181,11 +230,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
         key = student_key(args.secret, batch.student_id(job)) if args.secret else None  # as a batch keys it
         result = batch.stamp(grade_submission(job.path, sandbox, chapter, inputs_key=key), job,
                              batch.sha256_of(job.path))
+    if deadline is not None:
+        deadlines.apply(batch.Report([job], {job.name: result}), deadline, deadlines.remembered(job, previous))
     try:
-        batch.record_alone(out, job, result)
+        report = batch.record_alone(out, job, result)
+        if choices:  # older notebooks of this student in OUT no longer count
+            deadlines.write_back(out, duplicates.mark(report, choices))
     except RuntimeError as exc:  # a batch is writing to OUT
         print(exc, file=sys.stderr)
         return 2
+    if lms_csv:
+        write_lms(lms_csv, report)
     from autograder.harness.results import function_report
     print(function_report(result))  # what a student needs, in the terminal
     print()
@@ -296,8 +351,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="grade DIR/submitted/<student>/ASSIGNMENT/*.ipynb; write nbgrader's gradebook and feedback")
     g.add_argument("--assignment", help="the nbgrader assignment to grade (with --nbgrader-course)")
     g.add_argument("--lms-csv", metavar="FILE", help="also write FILE: one row per student, id and score")
-    g.add_argument("--lms-columns", default="student_id,score",
-                   help="header of the LMS CSV's two columns (default: student_id,score)")
+    g.add_argument("--lms-columns", metavar="ID_COLUMN,SCORE_COLUMN",
+                   help="the LMS CSV's id and score columns (default: student_id,score; canvas: ID,NN_name)")
+    g.add_argument("--lms-format", choices=("plain", "canvas"),
+                   help="plain: the two columns; canvas: Canvas's gradebook columns (Student, ID, SIS User ID, "
+                   "SIS Login ID, Section, then the score). Kept in OUT/lms.json with --lms-csv for later runs")
     g.add_argument("--roster", metavar="CSV", help="student ids: a header row, then rows of (file name or glob "
                    "pattern, id); without it, Canvas, Moodle and Gradescope download names give the ids")
     late.add_arguments(g)
@@ -342,6 +400,4 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("grade needs --out DIR")
     if args.command == "grade" and args.scheduler and args.cluster:
         parser.error("--scheduler and --cluster: give one")
-    if args.command == "grade" and len(args.lms_columns.split(",")) != 2:
-        parser.error("--lms-columns takes two names: ID_COLUMN,SCORE_COLUMN")
     return args.func(args)

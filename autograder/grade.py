@@ -4,19 +4,15 @@ graders and the solutions are)."""
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.util
 import io
 import os
 import time
 from pathlib import Path
-from typing import Callable
-
 import pytest
 import torch
 
 from autograder.assignment import looks_like
-from autograder.harness.check import counts
+from autograder.graded import grader_file, graded_functions, graded_tests, max_points  # noqa: F401 - also read from here
 from autograder.harness.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.paths import chapters, graders_dir
 from autograder.reference import load_reference
@@ -37,36 +33,6 @@ def for_one_notebook() -> None:
     """
     os.environ.setdefault("AUTOGRADER_REFERENCE_CACHE", "off")
     torch.set_num_threads(1)
-
-
-def grader_file(chapter: str) -> Path:
-    return graders_dir() / f"test_{chapter}.py"
-
-
-def graded_tests(chapter: str) -> list[Callable]:
-    """The chapter's graded tests (its grader file's `@graded` functions), read again when the file changes."""
-    path = grader_file(chapter)
-    stat = path.stat()
-    return _graded_tests(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=32)
-def _graded_tests(path: str, mtime_ns: int, size: int) -> list[Callable]:
-    spec = importlib.util.spec_from_file_location(f"_graded_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [f for f in vars(module).values() if callable(f) and counts(f)]
-
-
-def max_points(chapter: str) -> float:
-    """The chapter's total points, read from the graders' `@graded` declarations (the same on every
-    machine: CUDA tests run on a simulated device where no GPU is usable)."""
-    return sum(f.graded["points"] for f in graded_tests(chapter))
-
-
-def graded_functions(chapter: str) -> set[str]:
-    """The student functions and classes the chapter's graders test."""
-    return {f.graded["function"] for f in graded_tests(chapter) if f.graded["function"]}
 
 
 def bad_result(message: str, chapter: str | None, seconds: float, **extra) -> dict:

@@ -2,7 +2,7 @@
 
 A result is current when it records the grader version of its chapter as it is now: the chapter's
 graders (with the graders' conftest.py and pytest.ini), its reference solution, the grading code
-(`autograder/harness`, `grade.py`, `reference.py`, `paths.py`), the provided `attnkit` package and
+(`autograder/harness`, `grade.py`, `graded.py`, `reference.py`, `paths.py`), the provided `attnkit` package and
 the versions of Python, torch, numpy and pytest. A batch regrades the results that are not current;
 a Gradescope zip records the version it was built with (`check-zip` compares it with the files here).
 Batch, command-line, cluster and export code is left out: it decides no score.
@@ -18,7 +18,7 @@ from pathlib import Path
 from autograder.paths import ROOT, graders_dir, solutions_dir
 
 PACKAGES = ("torch", "numpy", "pytest")  # their versions change what a reference computes or how tests run
-GRADING_CODE = ("harness", "grade.py", "reference.py", "paths.py")  # under autograder/
+GRADING_CODE = ("harness", "grade.py", "graded.py", "reference.py", "paths.py")  # under autograder/
 SKIP = ("__pycache__", ".pytest_cache")
 
 

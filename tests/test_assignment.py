@@ -100,3 +100,32 @@ def test_nbgrader_grades_as_the_assignment_and_keeps_foreign_cells_out(two_chapt
     results = root / "autograder-results" / "hw1"
     assert LOOKS_LIKE in json.loads((results / "xavier" / CHAPTER / "results.json").read_text())["output"]
     assert OTHER_CHAPTER in json.loads((results / "yves" / CHAPTER / "results.json").read_text())["output"]
+
+
+def test_the_chapter_is_kept_with_the_output_folder(two_chapters, tmp_path, capsys):
+    """Graded once with --chapter, a class with a wrong-chapter notebook is graded as that chapter by
+    every later command without --chapter: a rerun, a --student regrade, one notebook regraded alone."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    make_notebook(subs / "alice.ipynb")
+    make_other_notebook(subs / "xavier.ipynb")  # its metadata names the other chapter
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--chapter", CHAPTER]) == 0
+    assert json.loads((out / "assignment.json").read_text())["chapter"] == CHAPTER
+    capsys.readouterr()
+    for again in ([str(subs)], [str(subs), "--student", "alice"], [str(subs / "xavier.ipynb")]):
+        assert main(["grade", *again, "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+        assert f"grading as {CHAPTER}, the chapter kept in {out / 'assignment.json'}" in capsys.readouterr().err
+    table = rows(out / "grades.csv")
+    assert {n: (r["chapter"], r["score"], r["status"]) for n, r in table.items()} == {
+        "alice": (CHAPTER, "4", "graded"), "xavier": (CHAPTER, "0", "error")}
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--chapter", OTHER]) == 0  # replaced
+    assert json.loads((out / "assignment.json").read_text())["chapter"] == OTHER
+
+
+def test_assignment_and_grade_import_in_one_direction():
+    """`grade` uses `assignment` (is this notebook the assignment's?); `assignment` reads the graders'
+    declarations from `graded`, never from `grade`."""
+    import ast
+    tree = ast.parse((ROOT / "autograder" / "assignment.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "autograder.grade" not in imported and "autograder.graded" in imported

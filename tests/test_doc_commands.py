@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import class02
 from tests.batch.toy import CHAPTER as TOY, make_notebook, toy_folders
 from tests.doc_commands import Command, commands, failed_command, session_script
 
@@ -96,10 +97,11 @@ def test_the_instructor_quickstart_grades_a_toy_class_in_five_commands(tmp_path)
     shutil.copy(ROOT / "solutions" / "02_attention.py", sol)
     shutil.copy(ROOT / "autograder" / "graders" / "test_02_attention.py", graders)
     hw = work / "submissions" / "hw2"
-    make_notebook(hw / "alice.ipynb", "ok")
-    make_notebook(hw / "bob.ipynb", "wrong")
-    make_notebook(hw / "carol" / "anything.ipynb", "ok")
+    class02.write(hw / "alice.ipynb", "ok")
+    class02.write(hw / "bob.ipynb", "mistake")
+    class02.write(hw / "carol" / "anything.ipynb", "ok")
     make_notebook(hw / "dave.ipynb", "garbage")
+    make_notebook(hw / "erin.ipynb", "ok")  # another chapter's notebook (the toy's), handed in for 02
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(AUTOGRADER_SOLUTIONS=str(sol), AUTOGRADER_GRADERS=str(graders), PYTHONPATH=str(ROOT))  # this checkout's code
     done = subprocess.run(["bash", "-c", session_script(cmds)], cwd=work, env=env, capture_output=True, text=True,
@@ -108,15 +110,20 @@ def test_the_instructor_quickstart_grades_a_toy_class_in_five_commands(tmp_path)
     assert done.returncode == 0, f"failed at {failed_command(done.stdout)}\n{out[-5000:]}"
     tried = json.loads((work / "try" / "02_attention" / "results.json").read_text())
     assert tried["score"] == 0 < tried["max_score"] and all("Hint:" in t["output"] for t in tried["tests"])
-    rows = {r["submission"]: (r["score"], r["max"], r["status"])
+    rows = {r["submission"]: (float(r["score"]), r["max"], r["status"])
             for r in csv.DictReader(open(work / "grades" / "hw2" / "grades.csv"))}
-    # an error keeps the chapter's total (its chapter is known from the folder)
-    assert rows == {"alice": ("4", "4", "graded"), "bob": ("1", "4", "graded"),
-                    "carol__anything": ("4", "4", "graded"), "dave": ("0", "4", "error")}, rows
-    assert "alice,4,4,graded" in out.replace(f",{TOY},", ",")  # step 4 showed the table
-    lms = {r["student_id"]: r["score"] for r in csv.DictReader(open(work / "grades" / "hw2" / "lms.csv"))}
-    assert lms == {"alice": "4", "bob": "1", "carol": "4", "dave": "0"}, lms
-    assert "0 graded now, 4 already done" in out  # step 5 regraded nothing unchanged
+    top = tried["max_score"]
+    # an error keeps the chapter's total (the assignment's); bob's known mistake costs dot_score's points
+    assert rows["alice"] == rows["carol__anything"] == (top, f"{top:g}", "graded"), rows
+    assert 0 < rows["bob"][0] < top and rows["bob"][2] == "graded", rows
+    assert rows["dave"] == rows["erin"] == (0, f"{top:g}", "error"), rows
+    assert f"notebook of chapter {TOY}, not of 02_attention" in (work / "grades" / "hw2" / "erin" /
+                                                                  "results.json").read_text()
+    assert f"alice,02_attention,{top:g},{top:g},graded" in out  # step 4 showed the table
+    lms = {r["student_id"]: float(r["score"]) for r in csv.DictReader(open(work / "grades" / "hw2" / "lms.csv"))}
+    assert lms == {"alice": top, "bob": rows["bob"][0], "carol": top, "dave": 0, "erin": 0}, lms
+    assert "grading as 02_attention, the chapter kept in grades/hw2/assignment.json" in out  # step 5
+    assert "0 graded now, 5 already done" in out  # step 5 regraded nothing unchanged
 
 
 README = ROOT / "README.md"

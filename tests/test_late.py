@@ -118,3 +118,31 @@ def test_a_submission_time_comes_from_lms_metadata_then_timestamp_txt_then_mtime
     checked = apply(report, Deadline(DUE, late.Policy.parse("zero")), {"a": canvas_late})
     assert (checked.late, checked.lms_late_on_time) == (0, ["a"])
     assert "the LMS marked 1 of them late" in summary(Deadline(DUE, late.Policy.parse("zero")), checked)
+
+
+def _lms(path: Path) -> dict[str, str]:
+    with open(path, newline="") as f:
+        return {r["student_id"]: r["score"] for r in csv.DictReader(f)}
+
+
+def test_a_notebook_regraded_alone_keeps_its_late_penalty_in_every_table(toy_chapter, tmp_path, capsys):
+    """The deadline kept in OUT applies to one notebook given alone as to the class, and the LMS CSV the
+    class run wrote is rewritten: results.json, grades.csv and lms.csv agree."""
+    from autograder.cli import main
+    subs, out, lms = tmp_path / "subs", tmp_path / "out", tmp_path / "lms.csv"
+    _at(make_notebook(subs / "alice.ipynb", "ok"), DUE - timedelta(hours=1))
+    _at(make_notebook(subs / "mia.ipynb", "wrong"), DUE + timedelta(minutes=30))  # 1 started hour late: 10% of 4
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--due", DUE.isoformat(),
+                 "--late-policy", "per-hour:10", "--lms-csv", str(lms)]) == 0
+    assert _rows(out)["mia"]["score"] == "0.6" and _lms(lms) == {"alice": "4", "mia": "0.6"}
+
+    mia = make_notebook(subs / "mia.ipynb", "ok")  # corrected, still 30 minutes late
+    _at(mia, DUE + timedelta(minutes=30))
+    capsys.readouterr()
+    assert main(["grade", str(mia), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((out / "mia" / "results.json").read_text())
+    assert result["score"] == 3.6 and result["extra_data"]["late"]["penalty"] == 0.4
+    assert "Deadline: submitted" in result["output"] and "Penalty: 0.4 points" in printed
+    assert (_rows(out)["mia"]["score"], _rows(out)["mia"]["penalty"]) == ("3.6", "0.4")
+    assert _lms(lms) == {"alice": "4", "mia": "3.6"}

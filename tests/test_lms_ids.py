@@ -169,3 +169,39 @@ def test_a_bad_roster_stops_the_command_before_grading(tmp_path, capsys):
     assert main(["grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--roster",
                  str(tmp_path / "roster.csv")]) == 2
     assert "line 2" in capsys.readouterr().err and not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_the_canvas_layout_has_the_columns_of_canvas_gradebook_export(toy_chapter, tmp_path, capsys):
+    """`--lms-format canvas`: Student, ID, SIS User ID, SIS Login ID, Section, then the assignment, as
+    Canvas's gradebook export has them (book/instructors/lms.md cites Canvas's guides); kept in OUT, so a
+    rerun without the options writes the same layout."""
+    from autograder.cli import main
+    subs, out, lms = tmp_path / "canvas", tmp_path / "out", tmp_path / "canvas.csv"
+    make_notebook(subs / f"doejohn_123456_7891011_{CHAPTER}.ipynb", "ok")
+    make_notebook(subs / f"smithann_late_234567_8912345_{CHAPTER}.ipynb", "wrong")
+    want = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Toy (4411)"],
+            ["", "123456", "", "", "", "4"], ["", "234567", "", "", "", "1"]]
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--lms-csv", str(lms),
+                 "--lms-format", "canvas", "--lms-columns", "ID,Toy (4411)"]) == 0
+    with open(lms, newline="") as f:
+        assert list(csv.reader(f)) == want
+    lms.unlink()
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress"]) == 0  # kept: written again
+    with open(lms, newline="") as f:
+        assert list(csv.reader(f)) == want
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--lms-format", "canvas",
+                 "--lms-columns", "student_id,Toy"]) == 2
+    assert "one of Canvas's id columns" in capsys.readouterr().err
+
+
+def test_the_roster_is_kept_for_the_lms_csv_of_later_runs(toy_chapter, tmp_path):
+    from autograder.cli import main
+    subs, out, lms = tmp_path / "subs", tmp_path / "out", tmp_path / "lms.csv"
+    make_notebook(subs / "alice.ipynb", "ok")
+    (tmp_path / "roster.csv").write_text("file,id\nalice*,S001\n")
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress", "--roster", str(tmp_path / "roster.csv"),
+                 "--lms-csv", str(lms)]) == 0
+    make_notebook(subs / "bob.ipynb", "wrong")  # not in the roster
+    assert main(["grade", str(subs), "--out", str(out), "--no-progress"]) == 0
+    with open(lms, newline="") as f:
+        assert list(csv.reader(f)) == [["student_id", "score"], ["S001", "4"]]

@@ -139,3 +139,22 @@ def test_the_fast_overlap_equals_copydetects_own_comparison(klass):
         want, got = compare_files(prints[a], prints[b]), shares(prints[a], prints[b])
         assert want[0] == got[0] and np.allclose(want[1], got[1])
         assert all(np.array_equal(w, g) for w, g in zip(want[2], got[2]))
+
+
+def test_a_wrong_chapter_notebook_in_a_class_is_named_not_compared_and_not_in_the_title(klass, tmp_path):
+    """A chapter-03 notebook handed in (and graded) as chapter 02: the report is the class's, 02's."""
+    other = tmp_path / "xavier"
+    other.mkdir()
+    (other / "03_transformer.ipynb").write_text(render(read_solution("03_transformer")))
+    out = tmp_path / "out"
+    for job in find_jobs([str(klass / "alice"), str(klass / "bob"), str(other)]):
+        result = stamp({"score": 0, "extra_data": {"chapter": CHAPTER, "status": "graded"}}, job, sha256_of(job.path))
+        (out / job.name).mkdir(parents=True)
+        (out / job.name / "results.json").write_text(json.dumps(result))
+    assert cli.main(["similarity", str(out)]) == 0
+    page = (out / "similarity.html").read_text()
+    assert f"<title>Similarity report: {CHAPTER}</title>" in page and "03_transformer</h1>" not in page
+    assert re.search(r"Not compared.*the notebook of chapter 03_transformer, not of 02_attention", page, re.S)
+    assert cli.main(["similarity", str(klass / "alice"), str(other), "--chapter", CHAPTER, "--out",
+                     str(tmp_path / "nb")]) == 0  # notebooks given with --chapter: the same
+    assert f"<title>Similarity report: {CHAPTER}</title>" in (tmp_path / "nb" / "similarity.html").read_text()

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from autograder.batch.ids import GROUP_SEPARATOR, Identity, read_pairs
-from autograder.batch.io import Job, Report, locked, read_result, result_path, write_grades_csv
+from autograder.batch.io import SUPERSEDED, Job, Report, locked, read_result, result_path, write_grades_csv
 from autograder.harness.atomic import write_json
 from autograder import late
 
@@ -156,7 +156,7 @@ def apply(report: Report, deadline: Deadline, identities: dict[str, Identity] | 
     checked = Checked()
     for job in report.jobs:
         result = report.results.get(job.name)
-        if result is None or result.get("extra_data", {}).get("status") == "crashed":
+        if result is None or result.get("extra_data", {}).get("status") in ("crashed", SUPERSEDED):
             continue
         identity = (identities or {}).get(job.name)
         submitted, source = submission_time(job, identity)
@@ -168,6 +168,16 @@ def apply(report: Report, deadline: Deadline, identities: dict[str, Identity] | 
         if identity is not None and identity.late and not lateness.seconds_late:
             checked.lms_late_on_time.append(job.name)
     return checked
+
+
+def remembered(job: Job, previous: dict | None) -> dict[str, Identity]:
+    """For one notebook regraded alone: the submission time an LMS's metadata gave its earlier result
+    (the class run read it; this run reads no metadata), as `apply`'s identities."""
+    seen = (previous or {}).get("extra_data", {}).get("late")
+    if not isinstance(seen, dict) or not str(seen.get("submitted_from", "")).endswith(" metadata"):
+        return {}
+    source = str(seen["submitted_from"])[:-len(" metadata")]
+    return {job.name: Identity(job.student, source, late.parse_time(seen["submitted"]))}
 
 
 def settle(report: Report, deadline: Deadline | None, identities: dict[str, Identity] | None = None) -> Checked:

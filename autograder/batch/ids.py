@@ -17,7 +17,8 @@ the folder given on the command line) is read as:
 - `--roster CSV`: a header row, then rows of (file name or glob pattern, id).
   A pattern is matched against the path, the file name and its stem. It wins
   over the rules above; a notebook matching rows with two different ids is
-  ambiguous.
+  ambiguous. Its path is kept in OUT/roster.json (`kept_roster`): later runs on
+  OUT use it without `--roster`, as the LMS CSV they rewrite needs its ids.
 
 When a roster is given, or any notebook of the batch is an LMS download, a
 notebook no rule identifies is *unmatched*: it is graded, listed, and left out
@@ -164,6 +165,23 @@ class Roster:
         if ids:
             return Identity("", "unmatched", reason=f"the roster gives it several ids ({', '.join(ids)})")
         return Identity("", "unmatched", reason="no row of the roster matches it")
+
+
+KEPT_ROSTER = "roster.json"  # in OUT: {"path": the roster last given}
+
+
+def kept_roster(out: Path, given: str | None) -> Path | None:
+    """The roster of this run: `given` (--roster; its path then kept in OUT), else the one an earlier run
+    on OUT kept, so that a rerun gives the LMS CSV the same ids without --roster."""
+    import json
+    from autograder.harness.atomic import write_json
+    if given:
+        write_json(Path(out) / KEPT_ROSTER, {"path": str(Path(given).resolve())})
+        return Path(given)
+    try:
+        return Path(json.loads((Path(out) / KEPT_ROSTER).read_text())["path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 # ---------------------------------------------------------------- all together

@@ -22,6 +22,7 @@ from autograder.late import CSV_COLUMNS as LATE_COLUMNS, csv_cells as late_cells
 from autograder.version import grader_version
 
 FINAL = ("graded", "error", "timeout")  # statuses a rerun keeps
+SUPERSEDED = "superseded"  # not graded: a newer notebook of the same student and chapter counts (`duplicates`)
 CSV_HEADER = ["submission", "chapter", "score", "max", "status", *LATE_COLUMNS]  # score: after any late penalty
 
 
@@ -152,12 +153,14 @@ def write_grades_csv(out: Path, report: Report) -> Path:
 
 
 def lms_rows(report: Report) -> tuple[list[list], list[str]]:
-    """(student id, score) rows, a student's notebooks summed; and the students left out
-    because one of their notebooks is not graded yet (pending) or its grading crashed."""
+    """(student id, score) rows, a student's notebooks summed (a superseded one left out); and the
+    students left out because one of their notebooks is not graded yet (pending) or its grading crashed."""
     totals: dict[str, float] = {}
     incomplete: set[str] = set()
     for job in report.jobs:
         res = report.results.get(job.name)
+        if res is not None and res["extra_data"].get("status") == SUPERSEDED:
+            continue
         if res is None or res["extra_data"].get("status") not in FINAL:
             incomplete.add(job.student)
         else:
@@ -196,7 +199,8 @@ def stored_results(out: Path) -> dict[str, dict]:
 def stored_job(name: str, result: dict) -> Job:
     """The job a stored result was graded as (from its bookkeeping)."""
     extra = result["extra_data"]
-    return Job(name, Path(extra.get("path") or name), extra.get("student") or name.split("/")[0],
+    student = extra["student"] if isinstance(extra.get("student"), str) else name.split("/")[0]  # "": no id
+    return Job(name, Path(extra.get("path") or name), student,
                extra.get("notebook") or Path(name).name, extra.get("chapter"))
 
 
@@ -219,8 +223,10 @@ def same_files_as_before(jobs: list[Job], out: Path) -> list[Job]:
     aligned = []
     for job in jobs:
         name, result = by_path.get(str(job.path.resolve()), (None, None))
-        aligned.append(job if name is None else replace(job, name=name, student=result["extra_data"].get(
-            "student") or job.student, notebook=result["extra_data"].get("notebook") or job.notebook))
+        extra = {} if result is None else result["extra_data"]
+        student = extra["student"] if isinstance(extra.get("student"), str) else job.student  # "": no id
+        aligned.append(job if name is None else replace(job, name=name, student=student,
+                                                        notebook=extra.get("notebook") or job.notebook))
     return aligned
 
 

@@ -40,6 +40,8 @@ def summary(stats: ClassStats) -> str:
     if problems:
         lines.append(f"not graded: {', '.join(f'{s.name} ({s.status})' for s in problems[:10])}"
                      + (f" and {len(problems) - 10} more" if len(problems) > 10 else ""))
+    for s in stats.superseded():
+        lines.append(f"superseded: {s.name} (a newer notebook of {s.student or '?'} counts: {s.superseded_by})")
     if stats.late():
         lines.append(f"late: {len(stats.late())} submissions, "
                      f"{sum(s.late.get('penalty', 0) for s in stats.late()):g} points of penalties")

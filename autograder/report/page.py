@@ -105,6 +105,7 @@ def render(stats: ClassStats) -> str:
     e = html.escape
     counts = ", ".join(f"{n} {s}" for s, n in stats.counts().items())
     problems = [[e(s.name), e(s.status), e(s.message)] for s in stats.problems()]
+    superseded = [[e(s.name), e(s.student), e(s.superseded_by)] for s in stats.superseded()]
     late = [[e(s.name), f"{s.late['seconds_late'] / 3600:.1f}", f"{s.late.get('penalty', 0):g}", f"{s.score:g}",
              e(str(s.late.get("submitted_from", "")))] for s in stats.late()]
     seconds = stats.seconds()
@@ -122,6 +123,10 @@ def render(stats: ClassStats) -> str:
 {chapters}
 <h2>Submissions that could not be graded</h2>
 {_table("problems", ["submission", "status", "message"], problems)}
+<h2>Superseded notebooks</h2>
+<p><small>Older notebooks of a student who handed in a newer one of the same chapter: not graded, not in
+the scores; the newer one counts.</small></p>
+{_table("superseded", ["submission", "student", "the notebook that counts"], superseded)}
 <h2>Late submissions</h2>
 {_table("late", ["submission", "hours late", "penalty", "final score", "time from"], late, {1, 2, 3})}
 <h2>Grading time</h2>

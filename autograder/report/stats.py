@@ -6,7 +6,8 @@ each graded function and in each test, and the known mistakes the feedback
 named ("... looks like the result of a known mistake: NAME", see
 `autograder.harness.check.expect_close`), each counted once per submission. For
 the whole folder: the submissions that could not be graded (error, timeout,
-crashed), the ones still pending (grades.csv), the late ones and the grading time.
+crashed), the ones still pending (grades.csv), the ones superseded by a newer notebook of the same
+student (not graded, not in the scores), the late ones and the grading time.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class Submission:
     message: str  # the feedback's first line
     tests: tuple[dict, ...]
     late: dict | None
+    student: str = ""
+    superseded_by: str = ""  # status "superseded": the submission of the same student that counts
 
 
 def _submission(path: Path, out: Path, data: dict) -> Submission:
@@ -47,7 +50,8 @@ def _submission(path: Path, out: Path, data: dict) -> Submission:
         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
         message=str(data.get("output") or "").strip().split("\n", 1)[0],
         tests=tuple(t for t in data.get("tests") or [] if isinstance(t, dict)),
-        late=extra.get("late") if isinstance(extra.get("late"), dict) else None)
+        late=extra.get("late") if isinstance(extra.get("late"), dict) else None,
+        student=str(extra.get("student") or ""), superseded_by=str(extra.get("superseded_by") or ""))
 
 
 def read_submissions(out: Path) -> tuple[list[Submission], list[str]]:
@@ -178,6 +182,10 @@ class ClassStats:
 
     def problems(self) -> list[Submission]:
         return [s for s in self.submissions if s.status in PROBLEMS]
+
+    def superseded(self) -> list[Submission]:
+        """Older notebooks of a student whose newer one of the same chapter counts (not graded)."""
+        return [s for s in self.submissions if s.status == "superseded"]
 
     def late(self) -> list[Submission]:
         return [s for s in self.submissions if s.late and s.late.get("seconds_late", 0) > 0]

@@ -42,6 +42,9 @@ def from_results(out: Path) -> list[Entry]:
         if not entry.path:
             entry.problem = ("its results.json does not name the graded file (graded by an older "
                              "autograder): run similarity on the submissions folder")
+        elif extra.get("status") == "superseded":
+            entry.problem = (f"superseded: a newer notebook of {entry.student} counts "
+                             f"({extra.get('superseded_by')}), and is compared instead")
         entries.append(entry)
     return entries
 
@@ -60,7 +63,12 @@ def find_entries(paths: list[str]) -> list[Entry]:
 
 
 def load_code(entry: Entry, chapter: str | None, starter_path: Path | None) -> None:
-    """Fill in the entry's chapter and the code of its graded cells (or why it cannot be read)."""
+    """Fill in the entry's chapter and the code of its graded cells (or why it cannot be read).
+
+    Its chapter is the assignment's: the one it was graded as (a results folder), else `chapter`
+    (--chapter), else the one the notebook names. A notebook that names another chapter than its
+    assignment's is not compared (its code is not an answer to that assignment), and the report says so.
+    """
     if entry.problem:
         return
     try:
@@ -68,7 +76,12 @@ def load_code(entry: Entry, chapter: str | None, starter_path: Path | None) -> N
     except (BadSubmission, OSError) as exc:
         entry.problem = str(exc)
         return
-    entry.chapter = chapter_of(nb) or entry.chapter or chapter or chapter_from_name(Path(entry.path))
+    named = chapter_of(nb) or chapter_from_name(Path(entry.path))
+    assignment = entry.chapter or chapter
+    entry.chapter = assignment or named
+    if assignment and named and named != assignment:
+        entry.problem = f"the notebook of chapter {named}, not of {assignment}: not compared"
+        return
     if entry.chapter is None:
         entry.problem = "the notebook does not say which chapter it is for (give --chapter NN_name)"
         return
