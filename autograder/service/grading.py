@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -72,10 +73,14 @@ class Grader:
         self.workers = [start_worker(self.settings) for _ in range(self.settings.jobs)]
         try:
             while not self.stop.is_set():
-                self._assign()
-                self._collect()
-                self._enforce_deadlines()
-                self._renew()
+                try:
+                    self._assign()
+                    self._collect()
+                    self._enforce_deadlines()
+                    self._renew()
+                except Exception:  # noqa: BLE001 - a database hiccup must not stop grading for good
+                    traceback.print_exc()
+                    time.sleep(1.0)  # what it held is claimed again when its lease expires
         finally:
             for w in self.workers:
                 if self.held.pop(id(w), None) is None and w.ready:

@@ -20,7 +20,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
-from autograder.service.store import Result, Submission, now
+from autograder.service.store import Result, Submission, aware, now
 
 ACTIVE = ("queued", "grading")
 MAX_TRIES = 3  # a submission that killed its grader this often gets a "crashed" result
@@ -75,7 +75,7 @@ def claim(db: sessionmaker, worker: str, lease: float) -> Claim | None:
                 continue
             sub = s.get(Submission, sub_id)
             return Claim(sub.id, sub.round, sub.student_id, sub.chapter, sub.filename, sub.notebook, sub.sha256,
-                         sub.submitted_at, sub.tries)
+                         aware(sub.submitted_at), sub.tries)
     return None
 
 
