@@ -14,7 +14,7 @@ the result. "Drained": seconds from the last upload of a phase to its last resul
 at the class rate, and the queue drained within a minute of the last upload. Asserts nothing.
 
     .venv/bin/python benchmarks/bench_service.py [--chapter 02_attention] [--db sqlite|postgresql]
-        [--graders 2] [--rate 10] [--minutes 3] [--burst 20] [--json FILE]
+        [--graders 2 | --dask 2] [--rate 10] [--minutes 3] [--burst 20] [--json FILE]
 """
 from __future__ import annotations
 
@@ -103,6 +103,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=3.0, help="length of the class-rate phase")
     parser.add_argument("--burst", type=int, default=20, help="uploads at once in the burst phase (0: none)")
     parser.add_argument("--limit", type=float, default=300.0, help="seconds after which an upload counts as lost")
+    parser.add_argument("--dask", type=int, default=0, metavar="N",
+                        help="grade on a Dask scheduler with N one-thread workers on 127.0.0.1 (serve --scheduler)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -124,7 +126,13 @@ def main() -> int:
     db = open_db(url)
     toks = [t for _, _, t in tokens.issue(db, [(f"s{i:03d}", "") for i in range(200)])]
     pair = notebooks(args.chapter, folder)
-    live = Live(folder, url, [args.chapter], "--graders", str(args.graders), "--rate", "100/60")
+    procs, engine = [], ["--graders", str(args.graders)]
+    if args.dask:
+        from bench_cluster import start_dask
+        address, procs, seconds = start_dask(folder, args.dask)
+        print(f"Dask: a scheduler and {args.dask} workers joined in {seconds:.1f} s")
+        engine = ["--scheduler", address]
+    live = Live(folder, url, [args.chapter], *engine, "--rate", "100/60")
     rng = random.Random(args.seed)
     arrivals, t = [], rng.expovariate(args.rate / 60)
     while t < args.minutes * 60:
@@ -135,13 +143,17 @@ def main() -> int:
         live.start()
         warm = asyncio.run(phase(live.url, toks, args.chapter, [0.0, 0.0], pair, args.limit))
         print(f"service up and graders warm in {time.monotonic() - started:.1f} s (first two: {warm['max_s']} s)")
-        figures = {"chapter": args.chapter, "db": args.db, "graders": args.graders}
+        figures = {"chapter": args.chapter, "db": args.db,
+                   "graders": f"dask:{args.dask}" if args.dask else args.graders}
         figures["class_rate"] = asyncio.run(phase(live.url, toks, args.chapter, arrivals, pair, args.limit))
         figures["class_rate"]["per_minute"] = args.rate
         if args.burst:
             figures["burst"] = asyncio.run(phase(live.url, toks, args.chapter, [0.0] * args.burst, pair, args.limit))
     finally:
         live.stop()
+        if procs:
+            from bench_cluster import stop
+            stop(procs)
         if server is not None:
             server.stop()
     for name in ("class_rate", "burst"):

@@ -149,7 +149,7 @@ def create_app(config: Config) -> FastAPI:
 
     # ------------------------------------------------------------ signing in and out
     @app.get("/", response_class=HTMLResponse)
-    async def home(request: Request):
+    def home(request: Request):
         with contextlib.suppress(Denied):
             w = who(request)
             return RedirectResponse("/me" if w.role == "student" else "/instructor", 303)
@@ -220,7 +220,7 @@ def create_app(config: Config) -> FastAPI:
         return rows
 
     @app.get("/me", response_class=HTMLResponse)
-    async def me(request: Request, error: str = ""):
+    def me(request: Request, error: str = ""):
         w = student(request)
         with db() as s:
             rows = attempt_rows(s, w.student_id)
@@ -286,7 +286,7 @@ def create_app(config: Config) -> FastAPI:
                 "result_status": res.status if res else ""}
 
     @app.get("/submissions/{sub_id}", response_class=HTMLResponse)
-    async def submission_page(request: Request, sub_id: int):
+    def submission_page(request: Request, sub_id: int):
         w = who(request)
         with db() as s:
             v = view(s, own_submission(s, w, sub_id))
@@ -305,7 +305,7 @@ def create_app(config: Config) -> FastAPI:
         return JSONResponse({"id": sub_id, "url": f"/submissions/{sub_id}"}, 201)
 
     @app.get("/api/submissions/{sub_id}")
-    async def api_submission(request: Request, sub_id: int):
+    def api_submission(request: Request, sub_id: int):
         w = who(request)
         with db() as s:
             v = view(s, own_submission(s, w, sub_id))
@@ -326,7 +326,7 @@ def create_app(config: Config) -> FastAPI:
         return rows
 
     @app.get("/instructor", response_class=HTMLResponse)
-    async def dashboard(request: Request, message: str = ""):
+    def dashboard(request: Request, message: str = ""):
         w = instructor(request)
         with db() as s:
             chapters = [{**c, "rows": class_rows(s, c["name"])} for c in chapter_choices()]
@@ -334,7 +334,7 @@ def create_app(config: Config) -> FastAPI:
                       pending=queue.pending(db), error=message)
 
     @app.get("/instructor/students/{student_id}", response_class=HTMLResponse)
-    async def history(request: Request, student_id: str):
+    def history(request: Request, student_id: str):
         w = instructor(request)
         with db() as s:
             if s.get(Student, student_id) is None:
@@ -357,19 +357,19 @@ def create_app(config: Config) -> FastAPI:
         return chapter
 
     @app.get("/instructor/{chapter}/grades.csv")
-    async def grades_csv(request: Request, chapter: str):
+    def grades_csv(request: Request, chapter: str):
         instructor(request)
         out, _ = classes.write_folder(db, config.folder, chapter_of(chapter))
         return FileResponse(out / "grades.csv", media_type="text/csv", filename=f"{chapter}-grades.csv")
 
     @app.get("/instructor/{chapter}/lms.csv")
-    async def lms(request: Request, chapter: str):
+    def lms(request: Request, chapter: str):
         instructor(request)
         path = classes.lms_csv(db, config.folder, chapter_of(chapter))
         return FileResponse(path, media_type="text/csv", filename=f"{chapter}-lms.csv")
 
     @app.get("/instructor/{chapter}/report", response_class=HTMLResponse)
-    async def report(request: Request, chapter: str):
+    def report(request: Request, chapter: str):
         instructor(request)
         try:
             path = classes.class_report(db, config.folder, chapter_of(chapter))
@@ -378,21 +378,20 @@ def create_app(config: Config) -> FastAPI:
         return HTMLResponse(path.read_text())
 
     @app.get("/instructor/{chapter}/similarity", response_class=HTMLResponse)
-    async def similarity(request: Request, chapter: str):
+    def similarity(request: Request, chapter: str):
         instructor(request)
         return HTMLResponse(classes.similarity_report(db, config.folder, chapter_of(chapter)).read_text())
 
     @app.get("/instructor/{chapter}/gradescope.zip")
-    async def gradescope(request: Request, chapter: str):
+    def gradescope(request: Request, chapter: str):
         instructor(request)
         path = classes.gradescope_zip(config.folder, chapter_of(chapter))
         return FileResponse(path, media_type="application/zip", filename=f"{chapter}-autograder.zip")
 
-    @app.get("/instructor/{chapter}/nbgrader", response_class=HTMLResponse)
+    @app.get("/instructor/{chapter}/gradebook.db")
     async def nbgrader(request: Request, chapter: str):
-        w = instructor(request)
-        chapter_of(chapter)
-        raise Denied(501, "the nbgrader export needs a course folder: run `python -m autograder grade "
-                     f"{Path(config.folder) / chapter} --nbgrader-course DIR --assignment NAME`")
+        instructor(request)
+        path = await run_in_threadpool(classes.nbgrader_gradebook, db, config.folder, chapter_of(chapter))
+        return FileResponse(path, media_type="application/vnd.sqlite3", filename=f"{chapter}-gradebook.db")
 
     return app

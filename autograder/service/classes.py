@@ -81,3 +81,19 @@ def gradescope_zip(folder: Path, chapter: str) -> Path:
     """The chapter's Gradescope autograder (`python -m autograder export-gradescope`)."""
     from autograder.exports.gradescope import export
     return export(chapter, Path(folder) / chapter / "autograder.zip")
+
+
+def nbgrader_gradebook(db, folder: Path, chapter: str) -> Path:
+    """SERVICE/<chapter>/nbgrader/gradebook.db: nbgrader's gradebook with each student's last attempt
+    (assignment `chapter`), written by `autograder.exports.nbgrader` as `grade --nbgrader-course` does."""
+    from autograder.batch.io import Job, stored_results
+    from autograder.exports import nbgrader as nbgrader_io
+    out, _ = write_folder(db, folder, chapter)
+    course = out / "nbgrader"
+    course.mkdir(exist_ok=True)
+    (course / "gradebook.db").unlink(missing_ok=True)  # rebuilt whole: nobody is left from an older export
+    cd = nbgrader_io.open_course(course, chapter)
+    graded = [(Job(name, Path(r["extra_data"]["path"]), r["extra_data"]["student"], chapter, chapter), r)
+              for name, r in stored_results(out).items() if name != "nbgrader"]
+    nbgrader_io.write_gradebook(cd, chapter, graded)
+    return course / "gradebook.db"

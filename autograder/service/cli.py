@@ -36,6 +36,8 @@ def add_parsers(sub) -> None:
     s.add_argument("--secure-cookies", action="store_true",
                    help="behind HTTPS (a reverse proxy): cookies travel over HTTPS only")
     s.add_argument("--secret-file", metavar="FILE", help="the course secret: per-student hidden inputs")
+    s.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask workers of this scheduler "
+                   "(tcp://HOST:8786 or tls://...) instead of local workers")
     s.set_defaults(func=cmd_serve)
     a = sub.add_parser("service", help="the submission service's instructor commands: tokens, deadlines")
     asub = a.add_subparsers(dest="action", required=True)
@@ -138,7 +140,11 @@ def cmd_serve(args) -> int:
         print(f"no graders for {', '.join(unknown)} (chapters: {', '.join(known)})", file=sys.stderr)
         return 2
     args.chapter = chapters if args.chapter else None
-    grader = Grader(db, Path(args.dir), grading_settings(args), lease=args.lease) if args.graders > 0 else None
+    if args.scheduler:
+        from autograder.service.grading import DaskGrader
+        grader = DaskGrader(db, Path(args.dir), grading_settings(args), args.scheduler, lease=args.lease)
+    else:
+        grader = Grader(db, Path(args.dir), grading_settings(args), lease=args.lease) if args.graders > 0 else None
     if args.grade_only:
         if grader is None:
             print("--grade-only needs --graders 1 or more", file=sys.stderr)

@@ -171,3 +171,77 @@ def start_in_thread(grader: Grader) -> threading.Thread:
     thread = threading.Thread(target=grader.run, name="grader", daemon=True)
     thread.start()
     return thread
+
+
+class DaskGrader(Grader):
+    """Grades queued submissions on a Dask cluster (`serve --scheduler ADDRESS`): each Dask worker's
+    warm sandbox (`autograder.cluster.worker`), as `grade --scheduler` uses them. A few submissions per
+    worker thread are in flight; a worker that dies is the scheduler's to retry (then "crashed")."""
+
+    def __init__(self, db, folder: Path, settings: Settings, address: str, lease: float = 60.0,
+                 connect_timeout: float = 10.0, worker_wait: float = 60.0, threads: int = 0) -> None:
+        super().__init__(db, folder, settings, lease)
+        self.address, self.connect_timeout, self.worker_wait, self.threads = (
+            address, connect_timeout, worker_wait, threads)
+        self.running: dict = {}  # future -> (claim, job)
+
+    def run(self) -> None:
+        from autograder import cluster
+        from autograder.cluster.version import course_version
+        from autograder.cluster.worker import GraderPlugin, WorkerSettings
+        s = self.settings
+        ws = WorkerSettings(s.chapter, s.isolation, s.call_timeout, s.submission_timeout, s.kill_after,
+                            self.threads, s.secret.hex())
+        version = course_version()
+        self.plugin = cluster.plugin_name(ws, version)
+        client = cluster.connect(self.address, self.connect_timeout)
+        try:
+            client.wait_for_workers(1, timeout=self.worker_wait)
+            client.register_plugin(GraderPlugin(ws, version, self.plugin), name=self.plugin)
+            while not self.stop.is_set():
+                try:
+                    self._fill(client)
+                    self._gather()
+                    self.held = {id(f): c for f, (c, _) in self.running.items()}
+                    self._renew()
+                except Exception:  # noqa: BLE001
+                    traceback.print_exc()
+                    time.sleep(1.0)
+        finally:
+            for future in self.running:
+                future.cancel()
+            client.close()
+
+    def _fill(self, client) -> None:
+        from autograder.cluster.worker import grade_remote
+        try:
+            threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        except Exception:  # noqa: BLE001
+            threads = 1
+        while len(self.running) < max(2, 2 * threads):
+            c = queue.claim(self.db, self.name, self.lease)
+            if c is None:
+                return
+            job = job_of(self.folder, c)
+            future = client.submit(grade_remote, self.plugin, job.name, f"{c.chapter}.ipynb", c.notebook,
+                                   c.student_id, key=f"service-{c.id}-{c.round}-{time.time_ns()}", pure=False)
+            self.running[future] = (c, job)
+
+    def _gather(self) -> None:
+        from distributed import wait as wait_for
+        if not self.running:
+            time.sleep(self.poll)
+            return
+        try:
+            done = wait_for(list(self.running), timeout=self.poll, return_when="FIRST_COMPLETED").done
+        except TimeoutError:
+            return
+        for future in done:
+            c, job = self.running.pop(future)
+            try:
+                result = future.result()
+            except Exception as exc:  # noqa: BLE001 - KilledWorker and the like: this submission's
+                result = failure_result(job, c.chapter, "crashed", "Grading this submission stopped every Dask "
+                                        "worker that tried it; the instructor can regrade it.",
+                                        f"{type(exc).__name__}: {exc}")
+            self._store(c, job, result)

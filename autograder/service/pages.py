@@ -71,7 +71,7 @@ INSTRUCTOR = """{% extends "base" %}{% block body %}
 <a href="/instructor/{{ ch.name }}/report">class report</a> ·
 <a href="/instructor/{{ ch.name }}/similarity">similarity report</a> ·
 <a href="/instructor/{{ ch.name }}/gradescope.zip">Gradescope autograder</a> ·
-<a href="/instructor/{{ ch.name }}/nbgrader">nbgrader gradebook</a></p>
+<a href="/instructor/{{ ch.name }}/gradebook.db">nbgrader gradebook</a></p>
 <table><tr><th>student</th><th>name</th><th>attempts</th><th>last handed in (UTC)</th><th>status</th><th>score</th></tr>
 {% for r in ch.rows %}<tr><td><a href="/instructor/students/{{ r.id }}">{{ r.id }}</a></td><td>{{ r.name }}</td>
 <td>{{ r.attempts }}</td><td>{{ r.when }}</td><td>{{ r.status }}</td><td>{{ r.score }}</td></tr>{% endfor %}

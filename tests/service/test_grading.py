@@ -57,6 +57,10 @@ def test_a_student_hands_in_reads_the_mistake_fixes_it_and_the_instructor_sees_b
             ["student_id", "score"], ["alice", "3.6"]]  # the last attempt, late penalty applied
         grades = get(f"/instructor/{CHAPTER}/grades.csv").text
         assert "alice,98_batch_toy,3.6,4,graded,4,0.4" in grades
+        (tmp_path / "gradebook.db").write_bytes(get(f"/instructor/{CHAPTER}/gradebook.db").content)
+        from nbgrader.api import Gradebook
+        with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
+            assert gb.find_submission(CHAPTER, "alice").score == 4  # nbgrader's own score: before the penalty
         assert get(f"/instructor/{CHAPTER}/report").status_code == 200
         assert get(f"/instructor/{CHAPTER}/similarity").status_code == 200
         r = httpx.post(live.url + "/instructor/regrade", headers=teacher, trust_env=False)
