@@ -20,7 +20,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from autograder.batch import deadlines
 from autograder.harness.results import function_report
@@ -172,6 +172,7 @@ def create_app(config: Config) -> FastAPI:
                                 401)
         cookie = secrets.token_urlsafe(32)
         with db.begin() as s:
+            s.execute(delete(Session).where(Session.expires_at < now()))  # old sessions go
             s.add(Session(id_hash=digest(cookie), student_id=found[1], csrf=secrets.token_urlsafe(24),
                           expires_at=now() + timedelta(hours=config.session_hours)))
         response = RedirectResponse("/me" if found[0] == "student" else "/instructor", 303)
@@ -280,7 +281,7 @@ def create_app(config: Config) -> FastAPI:
         result = json.loads(res.result) if res else None
         return {"id": sub.id, "chapter": sub.chapter, "filename": sub.filename, "student": sub.student_id,
                 "when": when(sub.submitted_at), "status": "done" if result and sub.status == "done" else sub.status,
-                "place": queue.place(db, sub),
+                "place": queue.place(s, sub),
                 "score": f"{res.score:g} / {res.max_score:g}" if res else "",
                 "feedback": function_report(result) if result else "",
                 "result_status": res.status if res else ""}

@@ -129,19 +129,18 @@ def regrade(db: sessionmaker, chapter: str | None = None) -> int:
                                       tries=0)).rowcount
 
 
-def place(db: sessionmaker, sub: Submission) -> int:
-    """How many submissions are graded before this one (0: it is being graded, or next)."""
+def place(s, sub: Submission) -> int:
+    """How many submissions are graded before this one (0: it is being graded, or next), in session `s`."""
     if sub.status not in ACTIVE:
         return 0
-    with db() as s:
-        mine_is_regrade = sub.round > 1
-        same_class = (Submission.round > 1) if mine_is_regrade else (Submission.round == 1)
-        before = s.scalar(select(func.count()).select_from(Submission).where(
-            Submission.status == "queued", same_class, Submission.id < sub.id))
-        if mine_is_regrade:
-            before += s.scalar(select(func.count()).select_from(Submission).where(
-                Submission.status == "queued", Submission.round == 1))
-        return int(before or 0)
+    mine_is_regrade = sub.round > 1
+    same_class = (Submission.round > 1) if mine_is_regrade else (Submission.round == 1)
+    before = s.scalar(select(func.count()).select_from(Submission).where(
+        Submission.status == "queued", same_class, Submission.id < sub.id))
+    if mine_is_regrade:
+        before += s.scalar(select(func.count()).select_from(Submission).where(
+            Submission.status == "queued", Submission.round == 1))
+    return int(before or 0)
 
 
 def latest_result(s, sub_id: int) -> Result | None:

@@ -103,7 +103,8 @@ def default_url(folder: Path) -> str:
 def make_engine(url: str) -> Engine:
     """An engine; SQLite gets WAL (readers do not block the writer) and a 30 s busy timeout."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=10,
+                               max_overflow=20)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):
@@ -113,7 +114,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
 def migrate(engine: Engine) -> None:
