@@ -214,7 +214,7 @@ def create_app(config: Config) -> FastAPI:
                 lateness = json.loads(res.result).get("extra_data", {}).get("late") or {}
                 penalty = f"{lateness['penalty']:g}" if lateness.get("penalty") else ""
             rows.append({"id": sub.id, "chapter": sub.chapter, "when": when(sub.submitted_at),
-                         "status": sub.status if res is None else res.status,
+                         "status": sub.status if res is None or sub.status in queue.ACTIVE else res.status,
                          "score": f"{res.score:g} / {res.max_score:g}" if res else "", "penalty": penalty,
                          "rounds": s.scalar(select(func.count()).select_from(Result)
                                             .where(Result.submission_id == sub.id))})
