@@ -40,7 +40,7 @@ def test_instructor_pages_need_the_instructor_token(service, tmp_path):
     graded_attempt(service, "alice", SECRET, tmp_path)
     alice = signed_in(service, "alice")
     for page in ("/instructor", f"/instructor/{CHAPTER}/lms.csv", f"/instructor/{CHAPTER}/grades.csv",
-                 "/instructor/students/alice"):
+                 f"/instructor/{CHAPTER}/gradescope.zip", "/instructor/students/alice"):
         assert alice.get(page).status_code == 404, page
         api = alice.get(page, headers={"Authorization": f"Bearer {service.tokens['alice']}"})
         assert api.status_code == 404 and "Alice A" not in api.text, page
@@ -52,6 +52,8 @@ def test_instructor_pages_need_the_instructor_token(service, tmp_path):
     page = teacher.get("/instructor")
     assert page.status_code == 200 and "Alice A" in page.text and "Bob B" in page.text
     assert "alice,1" in teacher.get(f"/instructor/{CHAPTER}/lms.csv").text
+    autograder_zip = teacher.get(f"/instructor/{CHAPTER}/gradescope.zip")  # the chapter's Gradescope autograder
+    assert autograder_zip.status_code == 200 and autograder_zip.content[:2] == b"PK"
 
 
 def test_a_wrong_token_signs_nobody_in(service):
