@@ -393,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     z = sub.add_parser("check-zip", help="is a Gradescope autograder zip older than the graders here? (exit 1 if so)")
     z.add_argument("zips", nargs="+", metavar="ZIP", help="zips written by export-gradescope")
     z.set_defaults(func=cmd_check_zip)
+    from autograder.service.cli import add_parsers as add_service_parsers  # light: no web imports
+    add_service_parsers(sub)
     args = parser.parse_args(argv)
     if args.command == "grade" and not (args.paths or args.nbgrader_course):
         parser.error("grade needs notebooks or folders, or --nbgrader-course DIR --assignment NAME")
