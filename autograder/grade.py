@@ -135,7 +135,7 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     score = sum(t.score for t in tests)
     total = sum(t.max_score for t in tests)
     lines = feedback_lines(f"Chapter {sub.chapter}: {score:g} / {total:g} points.", load_failure,
-                           report, printed)
+                           report, printed, tests)
     cuda = sandbox.cuda_usable()
     if not cuda and torch.cuda.is_available():
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from autograder.harness.check import GradingFailure, is_cuda_oom
+from autograder.harness.diagnosis import cause_of
 from autograder.harness.results import TestResult
 from autograder.harness.sandbox import Sandbox
 from autograder.harness.student import StudentProcess
@@ -140,6 +141,7 @@ def to_result(item, rep, call) -> TestResult:
                           f"The grader could not run this test ({call.excinfo.typename} while setting it up); "
                           "tell your instructor.")
     text = feedback(call)
-    if info["hint"]:
+    cause = cause_of(call.excinfo.value) if call.excinfo else ""
+    if info["hint"] and not cause:  # a known cause (NaN, a named mistake) leads instead (diagnosis.py)
         text += f"\nHint: {info['hint']}"
-    return TestResult(name, info["function"], 0.0, points, "failed", text.strip())
+    return TestResult(name, info["function"], 0.0, points, "failed", text.strip(), cause)
