@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from autograder.harness import offset
 from autograder.harness.memo import reference_cache  # noqa: F401 - part of the graders' API
 
 
@@ -32,12 +33,9 @@ def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
     return mark
 
 
-SEED_OFFSET = 0  # moved by `seeds.shifted_seeds`: the public checks' inputs, and per-student inputs
-
-
 def seeded(seed: int) -> torch.Generator:
     """A CPU generator for building a test's inputs."""
-    return torch.Generator().manual_seed(seed + SEED_OFFSET)
+    return torch.Generator().manual_seed(seed + offset.SEED_OFFSET)  # moved by `seeds.shifted_seeds`
 
 
 def first_seed(seed: int, shows: Callable[[int], bool], tries: int = 50) -> int:

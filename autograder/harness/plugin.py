@@ -22,7 +22,7 @@ from autograder.harness.check import GradingFailure, is_cuda_oom
 from autograder.harness.diagnosis import cause_of
 from autograder.harness.results import TestResult
 from autograder.harness.sandbox import Sandbox
-from autograder.harness.student import StudentProcess
+from autograder.harness.student import StudentProcess, cuda_usable
 
 __all__ = ["GradingPlugin", "TestResult", "gpu_lock"]
 
@@ -73,7 +73,7 @@ class GradingPlugin:
         """CUDA tests share the GPU with other graders (--jobs N); one that runs out of GPU memory is
         run again, alone on this machine's GPU, before it can cost the student anything. Without a
         usable GPU they run on the simulated CUDA device, which needs no lock."""
-        if not getattr(item.function, "needs_cuda", False) or not self.sandbox.cuda_usable():
+        if not getattr(item.function, "needs_cuda", False) or not cuda_usable(self.sandbox):
             return (yield)
         with gpu_lock(exclusive=False):
             try:

@@ -376,3 +376,21 @@ class StudentProcess:
 def _closed(exc: BaseException) -> bool:
     """Whether a socket error means the student process went away (rather than sent garbage)."""
     return isinstance(exc, OSError) or "connection closed" in str(exc)
+
+
+def cuda_usable(sandbox: Sandbox) -> bool:
+    """Whether a student process of `sandbox` can really use CUDA (probed once, in a fresh child, and kept
+    as `sandbox.cuda`).
+
+    False without a GPU, without asking the sandbox. Where it is False, the CUDA tests run on the
+    simulated CUDA device (`simulated_cuda`), so they count on every machine.
+    """
+    if sandbox.cuda is None:
+        sandbox.cuda = False
+        if torch.cuda.is_available():
+            probe = StudentProcess(sandbox, [])
+            try:
+                sandbox.cuda = bool(probe.loaded().get("cuda"))
+            finally:
+                probe.close()
+    return sandbox.cuda
