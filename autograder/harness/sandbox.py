@@ -229,6 +229,10 @@ def _env(limits: Limits, staging: str) -> dict[str, str]:
     # threads count against Limits.processes: never let torch's pool alone reach it
     threads = limits.threads or max(1, min(os.cpu_count() or 1, limits.processes // 2))
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    # Idle OpenMP threads sleep instead of spinning: a spinning pool took the cores the trusted side needs
+    # between calls (grading one 03 notebook on the loaded 2-core machine: 10-13 s spinning, 5-6 s passive,
+    # in one run; benchmarks/README.md, "Round three").
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     if gpu_devices():  # where the driver's libraries and the visible GPUs are
         env.update({k: os.environ[k] for k in GPU_ENV if k in os.environ})
     return env
