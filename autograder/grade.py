@@ -21,6 +21,7 @@ from autograder.harness.results import feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
 from autograder.version import grader_version
 from autograder.harness.seeds import PerStudentInputs, inputs_id
+from autograder.harness.student import cuda_usable
 
 
 def for_one_notebook() -> None:
@@ -101,8 +102,8 @@ def grade_submission(path: str | Path, sandbox: Sandbox, chapter: str | None = N
     score = sum(t.score for t in tests)
     total = sum(t.max_score for t in tests)
     lines = feedback_lines(f"Chapter {sub.chapter}: {score:g} / {total:g} points.", load_failure,
-                           report, printed)
-    cuda = sandbox.cuda_usable()
+                           report, printed, tests)
+    cuda = cuda_usable(sandbox)
     if not cuda and torch.cuda.is_available():
         lines.append("Warning: this grading machine has a GPU, but the sandbox could not use it; the CUDA "
                      "tests ran on a simulated CUDA device instead.")

@@ -126,7 +126,7 @@ def warm_breakdown(chapter: str, n: int, isolation: str) -> dict:
         grade.load_reference = timed_reference(clock, load_reference)
         timer = TestTimer(clock)
         if "extra_plugins" in inspect.signature(grade.run_graders).parameters:
-            grade.run_graders = functools.partial(wrap_run(grade.run_graders, clock), extra_plugins=(timer,))
+            grade.run_graders = with_plugin(wrap_run(grade.run_graders, clock), timer)
         else:  # an older autograder: hand pytest the timer directly
             main = grade.pytest.main
             grade.pytest.main = lambda args, plugins=(): main(args, plugins=[*plugins, timer])
@@ -153,6 +153,15 @@ def warm_breakdown(chapter: str, n: int, isolation: str) -> dict:
     }
     return {"parts": parts, "total": s.get("total", 0.0), "calls": clock.counts["round trips"] / n,
             "score": f"{result['score']:g}/{result.get('max_score', 0):g}"}
+
+
+def with_plugin(run, plugin):
+    """run_graders(plugin, extra_plugins=()), with `plugin` added to the extra plugins however they are
+    passed (grade_submission passes them by position)."""
+    @functools.wraps(run)
+    def run_with(grading, extra_plugins=()):
+        return run(grading, (*extra_plugins, plugin))
+    return run_with
 
 
 def wrap_run(run, clock: Clock):

@@ -7,7 +7,7 @@ the hidden graders.
 
 Public checks are recorded here, not written by hand: the chapter's hidden
 graders run in this process against the reference solution, with every seed
-shifted (`autograder.harness.seeds.shifted_seeds`: `check.SEED_OFFSET`, and `torch.manual_seed`
+shifted (`autograder.harness.seeds.shifted_seeds`: `offset.SEED_OFFSET`, and `torch.manual_seed`
 while a grader builds its inputs), behind a stand-in for the student process that records each
 request they send and answers it with the reference. Requests the graders
 also send with their own seeds (inputs that do not depend on a seed) are

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from autograder.grade import grade_submission
-from autograder.harness import check, memo
+from autograder.harness import check, memo, offset
 from autograder.harness.memo import fresh_copy, reference_cache
 from autograder.harness.sandbox import Limits, Sandbox
 from autograder.paths import graders_dir, solutions_dir
@@ -117,7 +117,7 @@ def test_what_cannot_be_keyed_runs_uncached_and_the_seed_offset_is_part_of_the_k
     f(1)
     f(1)
     assert len(calls) == 4 and memo.STATS["hits"] == 1
-    monkeypatch.setattr(check, "SEED_OFFSET", 1000)
+    monkeypatch.setattr(offset, "SEED_OFFSET", 1000)
     f(1)
     assert len(calls) == 6, "a public check's shifted seeds must not reuse the graders' values"
 

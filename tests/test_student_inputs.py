@@ -15,7 +15,7 @@ from autograder import batch, cli
 from autograder.batch.io import Job, find_jobs
 from autograder.batch.worker import inputs_key
 from autograder.exports.gradescope import export
-from autograder.harness import check, memo
+from autograder.harness import check, memo, offset
 from autograder.harness.results import set_visibility
 from autograder.harness.seeds import (MIN_OFFSET, PerStudentInputs, read_secret, shifted_seeds, student_key,
                                       test_offset)
@@ -64,7 +64,7 @@ def test_shifted_seeds_move_both_kinds_of_seed_and_then_restore_them():
     plain = draws()
     with shifted_seeds(1000):
         moved = draws()
-    assert torch.equal(draws()[0], plain[0]) and torch.equal(draws()[1], plain[1]) and check.SEED_OFFSET == 0
+    assert torch.equal(draws()[0], plain[0]) and torch.equal(draws()[1], plain[1]) and offset.SEED_OFFSET == 0
     torch.manual_seed(1003)
     assert torch.equal(moved[0], torch.rand(2))
     assert torch.equal(moved[1], torch.rand(2, generator=torch.Generator().manual_seed(1003)))
@@ -78,7 +78,7 @@ def test_the_reference_cache_never_serves_a_value_across_students(monkeypatch):
 
     @memo.reference_cache
     def weights(seed: int):
-        calls.append(check.SEED_OFFSET)
+        calls.append(offset.SEED_OFFSET)
         return torch.randn(3, generator=check.seeded(seed))
 
     shared = weights(1)

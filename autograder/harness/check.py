@@ -12,11 +12,17 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from autograder.harness import offset
 from autograder.harness.memo import reference_cache  # noqa: F401 - part of the graders' API
 
 
 class GradingFailure(AssertionError):
-    """A check failed; its message is shown to the student."""
+    """A check failed; its message is shown to the student. `cause`, when the check knows it ('NaN',
+    'Inf', 'known mistake: NAME'), leads the feedback instead of the test's hint (`diagnosis`)."""
+
+    def __init__(self, message: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
@@ -27,12 +33,9 @@ def graded(function: str, points: float = 1.0, hint: str = "") -> Callable:
     return mark
 
 
-SEED_OFFSET = 0  # moved by `seeds.shifted_seeds`: the public checks' inputs, and per-student inputs
-
-
 def seeded(seed: int) -> torch.Generator:
     """A CPU generator for building a test's inputs."""
-    return torch.Generator().manual_seed(seed + SEED_OFFSET)
+    return torch.Generator().manual_seed(seed + offset.SEED_OFFSET)  # moved by `seeds.shifted_seeds`
 
 
 def first_seed(seed: int, shows: Callable[[int], bool], tries: int = 50) -> int:
@@ -93,14 +96,19 @@ def expect_close(got: Any, want: Any, what: str = "your output", *, rtol: float 
         if dtype and got.dtype != want.dtype:
             raise GradingFailure(f"{what} should have dtype {want.dtype}, got {got.dtype}")
         if got.is_floating_point() and bool(torch.isnan(got).any()) and not bool(torch.isnan(want).any()):
-            raise GradingFailure(f"{what} contains NaN")
+            raise GradingFailure(f"{what} contains NaN", cause="NaN")
+        if got.is_floating_point() and bool(torch.isinf(got).any()) and not bool(torch.isinf(want).any()):
+            raise GradingFailure(f"{what} contains Inf", cause="Inf")
+    elif isinstance(got, float) and isinstance(want, float) and got != got and want == want:
+        raise GradingFailure(f"{what} is NaN", cause="NaN")
     if _close(got, want, rtol, atol):
         return
     if callable(mistakes):
         mistakes = mistakes()
     for name, value in (mistakes or {}).items():
         if _close(got, value, rtol, atol):
-            raise GradingFailure(f"{what} looks like the result of a known mistake: {name}")
+            raise GradingFailure(f"{what} looks like the result of a known mistake: {name}",
+                                 cause=f"known mistake: {name}")
     if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor):
         err = (got.double() - want.double()).abs().max().item()
         raise GradingFailure(f"{what} does not match the reference (largest difference {err:.3g})")

@@ -10,7 +10,7 @@ A cached helper must be a function of its arguments (and of the global generator
 state, if it seeds them itself). The cache checks what it can:
 
 - the key holds the arguments by value (a tensor by dtype, shape and bytes; the
-  reference namespace by identity; `check.SEED_OFFSET`); an argument it cannot key
+  reference namespace by identity; `offset.SEED_OFFSET`); an argument it cannot key
   (a module, a callable) makes the call run uncached;
 - a miss runs the helper twice, the second time from other states of torch's CPU
   generator and of `random`. A helper whose two values differ (it draws from a generator
@@ -40,6 +40,8 @@ import types
 from typing import Any, Callable, Iterator
 
 import torch
+
+from autograder.harness import offset
 
 MAX_ENTRIES = 4096  # per process; past this, calls run uncached
 _CACHE: dict = {}
@@ -140,9 +142,8 @@ def reference_cache(fn: Callable) -> Callable:
         if _BYPASSED[0]:
             STATS["uncached"] += 1
             return fn(*args, **kwargs)
-        from autograder.harness import check  # the seed offset of public checks is part of every key
-        try:
-            key = (fn.__module__, fn.__qualname__, check.SEED_OFFSET, key_of(args), key_of(kwargs))
+        try:  # the seed offset (public checks' inputs) is part of every key
+            key = (fn.__module__, fn.__qualname__, offset.SEED_OFFSET, key_of(args), key_of(kwargs))
         except Unkeyable:
             STATS["uncached"] += 1
             return fn(*args, **kwargs)

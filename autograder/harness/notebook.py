@@ -34,7 +34,7 @@ def _source(cell: dict, index: int) -> str:
         return "".join(src)
     if isinstance(src, str):
         return src
-    raise BadSubmission(f"cell {index}'s source is not text (it is a {type(src).__name__})")
+    raise BadSubmission(f"cell {index + 1}'s source is not text (it is a {type(src).__name__})")
 
 
 def _tags(cell: dict) -> list[str]:
@@ -135,7 +135,7 @@ def read_submission(path: str | Path, chapter: str | None = None) -> Submission:
     cells = []
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict):
-            raise BadSubmission(f"cell {i} is not a notebook cell")
+            raise BadSubmission(f"cell {i + 1} is not a notebook cell")
         if cell.get("cell_type") == "code":
             cells.append({"cell_type": "code", "source": _source(cell, i), "tags": _tags(cell), "index": i})
     if not cells:

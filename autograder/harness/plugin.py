@@ -19,9 +19,10 @@ from typing import Any, Callable
 import pytest
 
 from autograder.harness.check import GradingFailure, is_cuda_oom
+from autograder.harness.diagnosis import cause_of
 from autograder.harness.results import TestResult
 from autograder.harness.sandbox import Sandbox
-from autograder.harness.student import StudentProcess
+from autograder.harness.student import StudentProcess, cuda_usable
 
 __all__ = ["GradingPlugin", "TestResult", "gpu_lock"]
 
@@ -72,7 +73,7 @@ class GradingPlugin:
         """CUDA tests share the GPU with other graders (--jobs N); one that runs out of GPU memory is
         run again, alone on this machine's GPU, before it can cost the student anything. Without a
         usable GPU they run on the simulated CUDA device, which needs no lock."""
-        if not getattr(item.function, "needs_cuda", False) or not self.sandbox.cuda_usable():
+        if not getattr(item.function, "needs_cuda", False) or not cuda_usable(self.sandbox):
             return (yield)
         with gpu_lock(exclusive=False):
             try:
@@ -140,6 +141,7 @@ def to_result(item, rep, call) -> TestResult:
                           f"The grader could not run this test ({call.excinfo.typename} while setting it up); "
                           "tell your instructor.")
     text = feedback(call)
-    if info["hint"]:
+    cause = cause_of(call.excinfo.value) if call.excinfo else ""
+    if info["hint"] and not cause:  # a known cause (NaN, a named mistake) leads instead (diagnosis.py)
         text += f"\nHint: {info['hint']}"
-    return TestResult(name, info["function"], 0.0, points, "failed", text.strip())
+    return TestResult(name, info["function"], 0.0, points, "failed", text.strip(), cause)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from autograder.harness.check import GradingFailure, expect, expect_close, expect_unmodified
+from autograder.harness.diagnosis import cause_of
 from autograder.harness.notebook import BadSubmission, chapter_from_name, read_submission
 from autograder.harness.results import TestResult, feedback_lines, results_json
 from autograder.harness.sandbox import Sandbox
@@ -68,8 +69,9 @@ def run_check(student: StudentProcess, check: dict) -> TestResult:
         for part in check["parts"]:
             check_reply(student.replay(part["request"]), part)
     except GradingFailure as exc:
-        text = str(exc) + (f"\nHint: {check['hint']}" if check.get("hint") else "")
-        return TestResult(name, function, 0.0, points, "failed", text.strip())
+        cause = cause_of(exc)  # a known cause (NaN, a named mistake) leads instead of the hint (diagnosis.py)
+        text = str(exc) + (f"\nHint: {check['hint']}" if check.get("hint") and not cause else "")
+        return TestResult(name, function, 0.0, points, "failed", text.strip(), cause)
     return TestResult(name, function, points, points, "passed", "")
 
 
@@ -97,7 +99,7 @@ def check_notebook(path: str | Path, checks: dict, sandbox: Sandbox, seed: int =
         student.close()
     score, total = sum(t.score for t in tests), sum(t.max_score for t in tests)
     lines = feedback_lines(f"Chapter {chapter}, public checks: {score:g} / {total:g} points.",
-                           load_failure, report, printed)
+                           load_failure, report, printed, tests)
     extra = {"status": "graded", "execution_time": round(time.monotonic() - started, 2),
              "isolation": sandbox.isolation, "public_checks": True}
     return results_json(chapter, tests, "\n\n".join(lines), extra)

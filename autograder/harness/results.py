@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autograder.harness.atomic import write_csv, write_json, write_text  # noqa: F401 - re-exported
+from autograder.harness.diagnosis import TITLE as CAUSES_TITLE, lead_lines
 
 STUDENT_OUTPUT_LIMIT = 2000
 
@@ -19,6 +20,7 @@ class TestResult:
     max_score: float
     status: str  # passed | failed | skipped
     output: str = ""
+    cause: str = ""  # a failure's known cause: 'NaN', 'Inf', 'known mistake: NAME' (harness/diagnosis.py)
 
 
 def results_json(chapter: str | None, tests: list[TestResult], output: str,
@@ -49,14 +51,22 @@ def set_visibility(result: dict, tests: str, top: str | None = None) -> dict:
     return result
 
 
+def cell_label(err: dict) -> str:
+    """'cell 15 (`def masked_softmax(...):`)': the cell as Jupyter users count them (1-based, markdown
+    cells included), with its first line, so a student finds it."""
+    line = err.get("line")
+    return f"cell {err['cell']} (`{line}`)" if line else f"cell {err['cell']}"
+
+
 def cell_errors_text(cells: list[dict]) -> str:
     """Feedback on the cells that raised while the notebook ran."""
     if not cells:
         return ""
     lines = ["Some cells of your notebook raised an error, ran too long or stopped its process when it ran "
-             "top to bottom (cells tagged skip-grading are not run by the grader):"]
+             "top to bottom (cells are counted from 1, markdown cells included; cells tagged skip-grading "
+             "are not run by the grader):"]
     for err in cells[:10]:
-        lines.append(f"- cell {err['cell']}: {err['error']}: {err['message'][:300]}")
+        lines.append(f"- {cell_label(err)}: {err['error']}: {err['message'][:300]}")
     if any(err["error"] in ("Interrupted", "Skipped") for err in cells):
         lines.append("A cell that trains, waits or runs long belongs in a cell tagged skip-grading; the grader "
                      "stops a cell after its time limit and goes on with the next one.")
@@ -75,10 +85,15 @@ def label_student_output(text: str) -> str:
     return f"Your code printed (first {STUDENT_OUTPUT_LIMIT} characters, shown as printed):\n{fenced}"
 
 
-def feedback_lines(header: str, load_failure: str | None, report: dict, printed: str) -> list[str]:
-    """The opening lines of a submission's feedback: its score line, then why the notebook could
-    not run, its cell errors and what it printed (each only when there is one)."""
+def feedback_lines(header: str, load_failure: str | None, report: dict, printed: str,
+                   tests: list[TestResult] = ()) -> list[str]:
+    """The opening lines of a submission's feedback: its score line, then the known causes of its
+    failures, one line per function (`diagnosis.lead_lines`), why the notebook could not run, its cell
+    errors and what it printed (each only when there is one)."""
     lines = [header]
+    causes = lead_lines(tests)
+    if causes:
+        lines.append("\n".join(causes))
     if load_failure:
         lines.append(f"Your notebook could not be run: {load_failure}.")
     errors = cell_errors_text(report.get("cells", []))
@@ -102,6 +117,10 @@ def function_report(result: dict) -> str:
     fmt = "  ".join(f"{{:{'<' if i in (0, 3) else '>'}{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*r).rstrip() for r in [header, *rows]]
     lines.append(f"total: {result['score']:g} / {result['max_score']:g}")
+    blocks = result["output"].split("\n\n")[1:]  # notebook-level messages: causes, cell errors, printed output
+    causes = [b for b in blocks if b.startswith(CAUSES_TITLE)]
+    if causes:  # the known causes lead, before the failed tests and their hints
+        lines += ["", *causes]
     failed = [t for t in result["tests"] if t["score"] < t["max_score"]]
     if failed:
         lines.append("")
@@ -109,7 +128,7 @@ def function_report(result: dict) -> str:
         for t in failed:
             lines.append(f"* {t['name']}")
             lines.extend("    " + ln for ln in t["output"].splitlines())
-    header_text = result["output"].split("\n\n", 1)
-    if len(header_text) > 1:  # notebook-level messages: cell errors, warnings, printed output
-        lines += ["", header_text[1]]
+    rest = [b for b in blocks if not b.startswith(CAUSES_TITLE)]
+    if rest:  # cell errors, warnings, printed output
+        lines += ["", "\n\n".join(rest)]
     return "\n".join(lines)

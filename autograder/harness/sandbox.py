@@ -229,6 +229,10 @@ def _env(limits: Limits, staging: str) -> dict[str, str]:
     # threads count against Limits.processes: never let torch's pool alone reach it
     threads = limits.threads or max(1, min(os.cpu_count() or 1, limits.processes // 2))
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    # Idle OpenMP threads sleep instead of spinning: a spinning pool took the cores the trusted side needs
+    # between calls (grading one 03 notebook on the loaded 2-core machine: 10-13 s spinning, 5-6 s passive,
+    # in one run; benchmarks/README.md, "Round three").
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
     if gpu_devices():  # where the driver's libraries and the visible GPUs are
         env.update({k: os.environ[k] for k in GPU_ENV if k in os.environ})
     return env
@@ -257,7 +261,7 @@ class Sandbox:
         self.isolation = choose_isolation(isolation)
         self.host_uid = random_host_uid() if is_root() else None  # the students' uid on the host
         self.restarts = 0
-        self._cuda: bool | None = None
+        self.cuda: bool | None = None  # whether its student processes can use CUDA: `student.cuda_usable`
         self._tmp = tempfile.TemporaryDirectory(prefix="autograder-sandbox-")
         self._lock = threading.Lock()
         self._start()
@@ -399,24 +403,6 @@ class Sandbox:
     def kill(self, pid: int) -> dict:
         """Kill a student process and all it started; return how it ended."""
         return self.end(pid, 0.0)
-
-    def cuda_usable(self) -> bool:
-        """Whether a student process of this sandbox can really use CUDA (probed once, in a fresh child).
-
-        False without a GPU, without asking the sandbox. Where it is False, the CUDA tests run on the
-        simulated CUDA device (`simulated_cuda`), so they count on every machine.
-        """
-        if self._cuda is None:
-            import torch
-            self._cuda = False
-            if torch.cuda.is_available():
-                from autograder.harness.student import StudentProcess
-                probe = StudentProcess(self, [])
-                try:
-                    self._cuda = bool(probe.loaded().get("cuda"))
-                finally:
-                    probe.close()
-        return self._cuda
 
     def status(self, pid: int) -> dict:
         """How a student process ended ({"code": n} / {"signal": n}), {} if still running."""

@@ -24,7 +24,8 @@ from typing import Iterator
 import pytest
 import torch
 
-from autograder.harness import check, memo
+from autograder.harness import memo
+from autograder.harness import offset as seed_offset
 
 REAL_MANUAL_SEED = torch.manual_seed
 MIN_OFFSET = 2**20  # far from 0 (the graders' own inputs) and from the public checks' small shift
@@ -63,14 +64,14 @@ test_offset.__test__ = False  # not a pytest test
 @contextlib.contextmanager
 def shifted_seeds(offset: int) -> Iterator[None]:
     """Every grader seed moved by `offset` while active: `seeded(n)` and `torch.manual_seed(n)`."""
-    old_offset, old_manual_seed = check.SEED_OFFSET, torch.manual_seed
-    check.SEED_OFFSET = offset
+    old_offset, old_manual_seed = seed_offset.SEED_OFFSET, torch.manual_seed
+    seed_offset.SEED_OFFSET = offset
     if offset:
         torch.manual_seed = lambda seed: REAL_MANUAL_SEED(int(seed) + offset)
     try:
         yield
     finally:
-        check.SEED_OFFSET, torch.manual_seed = old_offset, old_manual_seed
+        seed_offset.SEED_OFFSET, torch.manual_seed = old_offset, old_manual_seed
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ import torch
 from autograder.harness import wire
 from autograder.harness.check import GradingFailure
 from autograder.harness.sandbox import Sandbox
+from autograder.harness.worker import cell_number, first_line
 
 SKIP_TAGS = ("skip-grading",)
 MAX_BAD_CELLS = 3  # cells that may hang or kill the process before the notebook counts as unrunnable
@@ -96,7 +97,7 @@ def clean_report(reply: Any) -> dict:
         raise wire.WireError("the load report is not a dict")
     cells = reply.get("cells") if isinstance(reply.get("cells"), list) else []
     names = reply.get("names") if isinstance(reply.get("names"), list) else []
-    return {"cells": [{"cell": c["cell"] if type(c.get("cell")) is int else -1,
+    return {"cells": [{"cell": c["cell"] if type(c.get("cell")) is int else -1, "line": text(c.get("line"), 80),
                        "error": text(c.get("error"), 100), "message": text(c.get("message"), 500),
                        "traceback": text(c.get("traceback"), 2000), "output": text(c.get("output"), 2000)}
                       for c in cells[:50] if isinstance(c, dict)],
@@ -238,8 +239,9 @@ class StudentProcess:
                 raise StudentError(self.load_failure) from None
             return current, f"its process {how}"
         if self.report is None:
-            skipped = [{"cell": i, "error": "Skipped", "message": f"this cell {how}; the notebook was run again "
-                        "without it", "traceback": "", "output": ""} for i, how in self.bad_cells.items()]
+            skipped = [{"cell": cell_number(self.cells[i], i), "line": first_line(self.cells[i].get("source", "")),
+                        "error": "Skipped", "message": f"this cell {how}; the notebook was run again without it",
+                        "traceback": "", "output": ""} for i, how in self.bad_cells.items()]
             report["cells"] = sorted(report["cells"] + skipped, key=lambda c: c["cell"])
             self.report = report
         return None
@@ -374,3 +376,21 @@ class StudentProcess:
 def _closed(exc: BaseException) -> bool:
     """Whether a socket error means the student process went away (rather than sent garbage)."""
     return isinstance(exc, OSError) or "connection closed" in str(exc)
+
+
+def cuda_usable(sandbox: Sandbox) -> bool:
+    """Whether a student process of `sandbox` can really use CUDA (probed once, in a fresh child, and kept
+    as `sandbox.cuda`).
+
+    False without a GPU, without asking the sandbox. Where it is False, the CUDA tests run on the
+    simulated CUDA device (`simulated_cuda`), so they count on every machine.
+    """
+    if sandbox.cuda is None:
+        sandbox.cuda = False
+        if torch.cuda.is_available():
+            probe = StudentProcess(sandbox, [])
+            try:
+                sandbox.cuda = bool(probe.loaded().get("cuda"))
+            finally:
+                probe.close()
+    return sandbox.cuda

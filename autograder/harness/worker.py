@@ -7,6 +7,7 @@ code and sends back plain tensors, numbers and strings.
 """
 from __future__ import annotations
 
+import __future__
 import contextlib
 import io
 import linecache
@@ -31,6 +32,25 @@ except ImportError:  # imported as part of the autograder package (the reference
 
 STDOUT_LIMIT = 4000  # characters of the student's printed output kept per call
 MAGIC_RUN = {"time", "timeit", "capture", "prun"}  # cell magics whose body still runs
+
+
+FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+class CellCompiler:
+    """Compiles cells as IPython does: without this file's own `from __future__ import annotations`
+    (`dont_inherit=True`: a `def` whose annotations name an undefined name fails here as it fails
+    under Restart & Run All), but with the `__future__` imports of the notebook's earlier cells."""
+
+    def __init__(self) -> None:
+        self.flags = 0
+
+    def __call__(self, source: str, name: str):
+        code = compile(source, name, "exec", self.flags, dont_inherit=True)
+        self.flags |= code.co_flags & FUTURE_FLAGS
+        return code
 
 
 # ---------------------------------------------------------------- output capture
@@ -67,16 +87,16 @@ def captured():
 class ShellShim:
     """Stands in for `get_ipython()`: magics are ignored, timing magics run their code, `!` does nothing."""
 
-    def __init__(self, ns: dict) -> None:
-        self.ns = ns
+    def __init__(self, ns: dict, compile_cell: Callable | None = None) -> None:
+        self.ns, self.compile_cell = ns, compile_cell or CellCompiler()
 
     def run_line_magic(self, name: str, line: str) -> None:
         if name in MAGIC_RUN and line.strip():
-            exec(compile(line, "<magic>", "exec"), self.ns)
+            exec(self.compile_cell(line, "<magic>"), self.ns)
 
     def run_cell_magic(self, name: str, line: str, cell: str) -> None:
         if name in MAGIC_RUN:
-            exec(compile(cell, "<magic>", "exec"), self.ns)
+            exec(self.compile_cell(cell, "<magic>"), self.ns)
 
     def system(self, cmd: str) -> None:
         return None
@@ -144,31 +164,50 @@ def cell_timer(seconds: float | None):
         signal.signal(signal.SIGALRM, old)
 
 
+def cell_number(cell: dict, position: int) -> int:
+    """The number a student sees: Jupyter users count every cell (markdown too) from 1. `index` is
+    the cell's place in the notebook (`notebook.read_submission`); without it, its place in `cells`."""
+    index = cell.get("index")
+    return (index if type(index) is int else position) + 1
+
+
+def first_line(source: str, limit: int = 60) -> str:
+    """A cell's first non-blank line, cut to `limit` characters (to quote it in feedback)."""
+    line = next((ln.strip() for ln in source.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def run_cells(cells: list, skip_tags: set, ns: dict, skip_cells: frozenset = frozenset(),
               cell_seconds: float | None = None, progress: Callable[[int], None] | None = None) -> list[dict]:
     """Execute code cells in order like "Restart & Run All"; a failing cell is recorded and skipped.
+
+    Each error names its cell as a student counts it (`cell_number`: 1-based, markdown cells included)
+    and quotes its first line; tracebacks name the cell's code `<cell N>` with that number.
 
     `progress(index)` is told before each cell runs (so the grader knows which cell a hang or a
     crash belongs to); a cell running past `cell_seconds` is interrupted and the next one runs;
     `skip_cells` are cells a previous run found fatal.
     """
     report = []
-    ns["get_ipython"] = lambda: ShellShim(ns)
+    compile_cell = CellCompiler()
+    shell = ShellShim(ns, compile_cell)
+    ns["get_ipython"] = lambda: shell
     for index, cell in enumerate(cells):
         if cell.get("cell_type") != "code" or skip_tags & set(cell.get("tags", ())) or index in skip_cells:
             continue
         if progress:
             progress(index)
-        name = f"<cell {index}>"
+        number = cell_number(cell, index)
+        name = f"<cell {number}>"
         source = cell.get("source", "")
         linecache.cache[name] = (len(source), None, source.splitlines(True), name)
         with captured() as out:
             try:
                 with cell_timer(cell_seconds):
-                    exec(compile(to_python(source), name, "exec"), ns)
+                    exec(compile_cell(to_python(source), name), ns)
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the notebook goes on
                 stopped = isinstance(exc, CellTimeout)
-                report.append({"cell": index, "error": "Interrupted" if stopped else type(exc).__name__,
+                report.append({"cell": number, "line": first_line(source), "error": "Interrupted" if stopped else type(exc).__name__,
                                "message": str(exc)[:500], "traceback": "" if stopped else student_traceback(exc),
                                "output": out.text()})
     return report
