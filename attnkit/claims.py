@@ -142,12 +142,17 @@ def seen_runs(record: dict | None) -> list[dict]:
     return [r for r in record_runs(part) if held is not None and r["seed"] not in held]
 
 
-def confirmed(c: Claim, runs: list[dict]) -> dict:
-    """How often `c` holds in the held-out runs, all solutions pooled (each runs only some seeds)."""
-    checks = [c.check(r["figures"]) for r in runs]
+def confirmed(c: Claim, runs: list[dict], worded: list[dict] = ()) -> dict:
+    """How often `c` holds in the held-out runs, all solutions pooled (each runs only some seeds).
+
+    A claim about a rate below one run in len(runs) ("in some runs, at least 1 in 10") cannot be
+    tested on those runs alone: it is tested on them pooled with the `worded` runs ("pooled")."""
+    pooled = bool(runs) and bool(worded) and c.at_least * len(runs) < 1
+    every = list(runs) + (list(worded) if pooled else [])
+    checks = [c.check(r["figures"]) for r in every]
     held, errors = sum(v is True for v in checks), sorted({v for v in checks if isinstance(v, str)})
-    ok = bool(runs) and not errors and held >= c.at_least * len(runs) - 1e-9
-    return {"ok": ok, "held": held, "total": len(runs), "errors": errors}
+    ok = bool(runs) and not errors and held >= c.at_least * len(every) - 1e-9
+    return {"ok": ok, "held": held, "total": len(every), "errors": errors, "pooled": pooled}
 
 
 class _Reads(dict):
@@ -233,14 +238,15 @@ def badge(c: Claim, runs: list[dict], held_out: list[dict], seen: list[dict] = (
     need = "" if c.at_least >= 1 else f" (needed: {c.at_least:.0%} of each)"
     line = f" Claims check ({_runs_phrase(runs)}): {'✓' if v['ok'] else '✗'} {counts}{need}."
     if seen:
-        s = confirmed(c, list(seen))
+        s = confirmed(c, list(seen), runs)
         line += (f" Its wording also saw seeds {min(r['seed'] for r in seen)}-{max(r['seed'] for r in seen)}:"
                  f" {'✓' if s['ok'] else '✗'} {s['held']} of {s['total']} runs.")
     if held_out:
-        h = confirmed(c, held_out)
+        h = confirmed(c, held_out, list(runs) + list(seen))
         seeds = len({r["seed"] for r in held_out})
-        line += (f" ✓ Confirmed on {seeds} held-out seeds ({h['held']} of {h['total']} runs)." if h["ok"] else
-                 f" ✗ Not confirmed on {seeds} held-out seeds: holds in {h['held']} of {h['total']} runs.")
+        these = "runs, with the worded ones: a rate this low needs more runs" if h["pooled"] else "runs"
+        line += (f" ✓ Confirmed on {seeds} held-out seeds ({h['held']} of {h['total']} {these})." if h["ok"] else
+                 f" ✗ Not confirmed on {seeds} held-out seeds: holds in {h['held']} of {h['total']} {these}.")
     else:
         line += " Not yet confirmed on held-out seeds."
     if identical_alternative(figures_read(c, runs), runs):

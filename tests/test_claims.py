@@ -284,3 +284,17 @@ def test_an_alternative_with_the_references_bits_is_no_independent_check(toy):
              for r in runs]
     assert not registry.identical_alternative({"toy_std"}, moved)
     assert "not an independent check" not in registry.badge(c, moved, [])
+
+
+def test_a_rate_below_one_held_out_run_is_tested_with_the_worded_runs():
+    """'In some runs (at least 1 in 10)' cannot fail on 5 held-out runs alone: they are pooled."""
+    c = registry.Claim("c", "In some runs x > 0.", lambda g: g["x"] > 0, at_least=0.1)
+    worded = [{"implementation": "reference", "seed": s, "threads": t, "figures": {"x": float(s == 0)}}
+              for s in range(5) for t in (1, 2)] * 2
+    held = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": 0.0}} for s in range(5, 10)]
+    v = registry.confirmed(c, held, worded)
+    assert v["pooled"] and v["ok"] and (v["held"], v["total"]) == (4, 25)
+    assert not registry.confirmed(c, held, worded[1:10])["ok"], "1 of 14 runs holds: fewer than 1 in 10"
+    assert "with the worded ones" in registry.badge(c, worded, held)
+    strict = registry.Claim("c", "In most runs x > 0.", lambda g: g["x"] > 0, at_least=0.8)
+    assert not registry.confirmed(strict, held, worded)["pooled"]
