@@ -273,25 +273,30 @@ def _moves_with(name: str, runs: list[dict]) -> str:
 
 
 def spread(names: dict[str, str] | list[str], digits: int = 2) -> None:
-    """A table of this run's figures with their mean and range over the recorded runs.
+    """A table of this run's figures with their mean and range over the recorded runs (the worded
+    runs and the held-out ones).
 
     `names` maps figure names to row labels (a list uses the names). The last column says
-    which of seed, thread count and implementation change the figure in the record.
+    which of seed, thread count and implementation change the figure in the worded runs.
     """
     labels = names if isinstance(names, dict) else {n: n for n in names}
-    runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
+    record = load_record(CHAPTER[0]) if CHAPTER else None
+    runs, later = record_runs(record), seen_runs(record) + confirmation_runs(record)
     head = "| figure | this run |" + (" mean | min - max | changes with |" if runs else "")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, label in labels.items():
         here = THIS_RUN.get(name)
         row = f"| {label} | {'-' if here is None else f'{here:.{digits}f}'} |"
-        vals = [r["figures"][name] for r in runs if name in r["figures"]]
+        vals = [r["figures"][name] for r in runs + later if name in r["figures"]]
         if runs and vals:
             row += (f" {sum(vals) / len(vals):.{digits}f} | {min(vals):.{digits}f} - {max(vals):.{digits}f} |"
                     f" {_moves_with(name, runs)} |")
         elif runs:
             row += " - | - | not recorded |"
         rows.append(row)
-    note = (f"Over {len(runs)} runs of the claims check ({_runs_phrase(runs)})." if runs else
+    seeds = sorted({r["seed"] for r in later})
+    also = f" and {len(later)} runs on the later seeds {seeds[0]}-{seeds[-1]}, one each" if later else ""
+    note = (f"Over {len(runs)} runs of the claims check ({_runs_phrase(runs)}){also}; the last column"
+            f" reads the first {len(runs)}." if runs else
             "No record of the claims check in this copy: this run's figures only.")
     _show_markdown("\n".join(rows) + "\n\n" + note)

@@ -298,3 +298,20 @@ def test_a_rate_below_one_held_out_run_is_tested_with_the_worded_runs():
     assert "with the worded ones" in registry.badge(c, worded, held)
     strict = registry.Claim("c", "In most runs x > 0.", lambda g: g["x"] > 0, at_least=0.8)
     assert not registry.confirmed(strict, held, worded)["pooled"]
+
+
+def test_the_spread_table_ranges_over_the_held_out_runs_too(first_run, toy, monkeypatch):
+    """A figure's range on the page includes the held-out seeds (a reviewer read a range of 20 runs
+    that the sixth seed left)."""
+    shown = []
+    record = claims.load(TOY)
+    monkeypatch.setattr(registry, "_show_markdown", shown.append)
+    monkeypatch.setattr(registry, "load_record", lambda chapter: record)
+    monkeypatch.setattr(registry, "CHAPTER", [TOY])
+    monkeypatch.setattr(registry, "THIS_RUN", {})
+    registry.spread(["toy_std"], digits=4)
+    worded = [r["figures"]["toy_std"] for r in registry.record_runs(record)]
+    every = worded + [r["figures"]["toy_std"] for r in registry.confirmation_runs(record)]
+    assert min(every) < min(worded), "seed 5-9 leave the worded range (the test needs it)"
+    assert f"{min(every):.4f} - {max(every):.4f}" in shown[0]
+    assert "Over 20 runs of the claims check" in shown[0] and "5 runs on the later seeds 5-9" in shown[0]
