@@ -1085,9 +1085,9 @@ claim("declines_along_output", "Output letters 1 to 4 are easier than output let
       lambda g: g["ch02_pos8_early"] > g["ch02_pos8_late"])
 claim("worst_in_second_half", "The worst letter is one of output letters 5 to 7.",
       lambda g: 5 <= g["ch02_pos8_worst"] <= 7)
-claim("first_not_reliably_easy", "In at least one run in five the first output letter is no "
+claim("first_not_reliably_easy", "In some runs (at least 1 in 10) the first output letter is no "
       "easier than output letters 2 to 4.",
-      lambda g: g["ch02_pos8_first"] <= g["ch02_pos8_2to4"], at_least=0.2)
+      lambda g: g["ch02_pos8_first"] <= g["ch02_pos8_2to4"], at_least=0.1)
 
 # %% [markdown]
 # **Reproducibility.** With the same seeds, the same device, the same
