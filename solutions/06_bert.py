@@ -1635,12 +1635,12 @@ claim("rule_helps_features", "In most runs (at least 8 in 10) the 80/10/10 model
 claim("rule_helps_features_interval", "In most runs (at least 8 in 10) the 95% interval of that "
       "last-layer gap lies above 0.",
       lambda g: g["ch06_gap_last_lo"] > 0, at_least=0.8)
-claim("concat_gap_unsure", "In some runs (at least 2 in 10) the 95% interval of the gap on the "
+claim("concat_gap_unsure", "In some runs (at least 1 in 10) the 95% interval of the gap on the "
       "concatenation of the last four layers does not lie above 0.",
-      lambda g: g["ch06_gap_concat_lo"] <= 0, at_least=0.2)
-claim("allmask_below_own_embeddings", "In most runs (at least 8 in 10) the 100%-[MASK] model's last "
+      lambda g: g["ch06_gap_concat_lo"] <= 0, at_least=0.1)
+claim("allmask_below_own_embeddings", "In most runs (at least 6 in 10) the 100%-[MASK] model's last "
       "layer scores below its own embeddings, with a 95% interval below 0.",
-      lambda g: g["ch06_am_last_minus_emb_hi"] < 0, at_least=0.8)
+      lambda g: g["ch06_am_last_minus_emb_hi"] < 0, at_least=0.6)
 claim("allmask_falls_further", "In most runs (at least 8 in 10) the 100%-[MASK] model's last layer "
       "falls further below its embeddings than the 80/10/10 model's falls below (or rises above) its own.",
       lambda g: g["ch06_am_last_minus_emb"] < g["ch06_last_minus_emb"], at_least=0.8)
