@@ -238,9 +238,9 @@ def badge(c: Claim, runs: list[dict], held_out: list[dict], seen: list[dict] = (
     need = "" if c.at_least >= 1 else f" (needed: {c.at_least:.0%} of each)"
     line = f" Claims check ({_runs_phrase(runs)}): {'✓' if v['ok'] else '✗'} {counts}{need}."
     if seen:
-        s = confirmed(c, list(seen), runs)
+        s, ok = confirmed(c, list(seen)), confirmed(c, list(seen) + list(runs))["ok"]   # all the runs it saw
         line += (f" Its wording also saw seeds {min(r['seed'] for r in seen)}-{max(r['seed'] for r in seen)}:"
-                 f" {'✓' if s['ok'] else '✗'} {s['held']} of {s['total']} runs.")
+                 f" {'✓' if ok else '✗'} {s['held']} of {s['total']} runs.")
     if held_out:
         h = confirmed(c, held_out, list(runs) + list(seen))
         seeds = len({r["seed"] for r in held_out})

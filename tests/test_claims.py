@@ -204,7 +204,7 @@ def test_a_new_round_runs_only_its_seeds_and_the_old_round_is_no_longer_held_out
     ran = [line for line in out.splitlines() if line.startswith(f"{TOY} ") and "seed" in line]
     assert sorted(int(line.split("seed ")[1].split(",")[0]) for line in ran) == [10, 11, 12, 13, 14]
     assert "and 5 runs of an earlier round (seeds 5-9), confirmed on 5 held-out runs (seeds 10-14)" in out
-    assert "fails on the seen seeds 5-9" in out, "a claim must hold on every run its wording saw"
+    assert "fails on the worded runs with the seen seeds 5-9" in out, "a claim must hold on every run its wording saw"
     record = claims.load(TOY)
     assert sorted(r["seed"] for r in registry.confirmation_runs(record)) == [10, 11, 12, 13, 14]
     assert sorted(r["seed"] for r in registry.seen_runs(record)) == [5, 6, 7, 8, 9]
@@ -315,3 +315,14 @@ def test_the_spread_table_ranges_over_the_held_out_runs_too(first_run, toy, monk
     assert min(every) < min(worded), "seed 5-9 leave the worded range (the test needs it)"
     assert f"{min(every):.4f} - {max(every):.4f}" in shown[0]
     assert "Over 20 runs of the claims check" in shown[0] and "5 runs on the later seeds 5-9" in shown[0]
+
+
+def test_a_low_rate_claim_is_read_on_every_run_its_wording_saw():
+    """'At least 1 in 10' over the grid and an earlier round together, not over the round alone."""
+    c = registry.Claim("c", "In some runs x > 0.", lambda g: g["x"] > 0, at_least=0.1)
+    grid = [{"implementation": "reference", "seed": s, "threads": t, "figures": {"x": float(s < 2)}}
+            for s in range(5) for t in (1, 2)]
+    seen = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": float(s == 5)}}
+            for s in range(5, 20)]
+    held = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": 0.0}} for s in range(20, 25)]
+    assert "Its wording also saw seeds 5-19: ✓ 1 of 15 runs." in registry.badge(c, grid, held, seen)
