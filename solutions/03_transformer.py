@@ -1505,14 +1505,15 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 
 # %% [markdown]
 # After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
-# 2000 held-out dates exactly right with greedy decoding, and over 90% in
+# 2000 held-out dates exactly right with greedy decoding, and over 80% in
 # every run of the claims check (the table above gives the spread).
 # (The training took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
 # the time depends on the machine and on what else it runs.) With label
 # smoothing the training loss cannot go to 0: its lowest possible value is
 # the entropy of the smoothed target distribution,
 # {glue:text}`ch03_loss_floor:.3f`, and the loss of the last 20 steps,
-# {glue:text}`ch03_final_loss:.3f`, is close to it. What keeps it above?
+# {glue:text}`ch03_final_loss:.3f`, is close to it (within 0.08 in every
+# run of the check). What keeps it above?
 # That loss has dropout on, and it averages 20 batches drawn while the
 # weights still change. To see dropout alone, take the final weights and
 # 20 fixed training batches: the same objective is
@@ -1527,11 +1528,11 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("greedy_over_90", "After 300 steps, greedy decoding gets over 90% of the held-out dates "
+claim("greedy_over_90", "After 300 steps, greedy decoding gets over 80% of the held-out dates "
       "right.",
-      lambda g: g["ch03_greedy_exact"] > 90)
-claim("loss_near_floor", "The training loss ends within 0.05 of its floor.",
-      lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.05)
+      lambda g: g["ch03_greedy_exact"] > 80)
+claim("loss_near_floor", "The training loss ends within 0.08 of its floor.",
+      lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.08)
 claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode "
       "than with dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
 claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
@@ -1796,7 +1797,7 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 # %% [markdown]
 # In this run, post-norm without warm-up does not learn at all: its loss
 # stays at {glue:text}`ch03_norm_post_nowarm:.2f`, near the
-# $\ln 10 \approx 2.30$ of a uniform guess (above 2.2 in every run of the
+# $\ln 10 \approx 2.30$ of a uniform guess (above 2.1 in every run of the
 # check). With the warm-up it learns, to
 # {glue:text}`ch03_norm_post_warm:.3f`. Pre-norm learns the task without
 # warm-up ({glue:text}`ch03_norm_pre_nowarm:.3f`).
@@ -1819,7 +1820,7 @@ spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, di
 from attnkit.claims import claim
 
 claim("postnorm_needs_warmup", "Post-norm without warm-up does not learn: its final loss stays "
-      "above 2.2 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.2)
+      "above 2.1 (a uniform guess: ln 10, about 2.30).", lambda g: g["ch03_norm_post_nowarm"] > 2.1)
 claim("postnorm_learns_with_warmup", "With the warm-up, post-norm learns (final loss below 1).",
       lambda g: g["ch03_norm_post_warm"] < 1)
 claim("prenorm_learns_without_warmup", "Pre-norm learns without the warm-up (final loss below 1).",

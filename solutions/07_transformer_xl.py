@@ -1083,7 +1083,9 @@ for key, name in [("xl_long", "XL"), ("vanilla_long", "vanilla")]:
 # (the timings aside): it computes the same sums in the same order. A
 # solution that rounds differently, another CPU, a GPU or another library
 # version would move the figures as a second thread does. Every claim above
-# holds on all 20 runs.
+# holds on the runs of the check and on the held-out seeds (their badges). Since the
+# two solutions give the same bits, the second one is no independent check
+# here.
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch07_loss_xl": "XL, final training loss", "ch07_acc_xl_mid": "XL, d 16-31",
@@ -1240,20 +1242,22 @@ claim("speedup_grows", "The speed-up of the cache is larger than 1 at every cont
 # layer, Python overhead), and a segment call with its memory costs at least
 # as much of it as a window call, so overhead cannot push the speed-up above
 # $C$; the CPU time of calls this short is noisy, which can push it above $C$
-# or below the FLOP ratio. In every
-# recorded run the speed-up lies between the two at two or more of the five
+# or below the FLOP ratio. In most
+# runs the speed-up lies between the two at two or more of the five
 # contexts, not always at all of them; the range over runs in the table shows
-# how far it strays. The robust reading is the trend: in every recorded run
-# the speed-up rises with each doubling of $C$.
+# how far it strays. The robust reading is the trend: in every run the
+# speed-up at $C = 256$ is at least three times that at $C = 16$, and in
+# most runs it rises with each doubling of $C$ (a short call's timing noise
+# can swap two neighbours).
 
 # %% tags=["skip-grading", "hide-input"]
-claim("between_reference_points", "The speed-up lies between the FLOP ratio and C at two or more "
-      "of the five contexts.",
+claim("between_reference_points", "In most runs (at least 8 in 10) the speed-up lies between the FLOP "
+      "ratio and C at two or more of the five contexts.",
       lambda g: sum(g[f"ch07_flop_ratio_{c}"] <= g[f"ch07_speedup_{c}"] <= c
-                    for c in (16, 32, 64, 128, 256)) >= 2)
-claim("speedup_rises", "The speed-up rises with each doubling of C.",
+                    for c in (16, 32, 64, 128, 256)) >= 2, at_least=0.8)
+claim("speedup_rises", "In most runs (at least 8 in 10) the speed-up rises with each doubling of C.",
       lambda g: all(g[f"ch07_speedup_{a}"] < g[f"ch07_speedup_{b}"]
-                    for a, b in [(16, 32), (32, 64), (64, 128), (128, 256)]))
+                    for a, b in [(16, 32), (32, 64), (64, 128), (128, 256)]), at_least=0.8)
 
 # %% [markdown]
 # The paper reports up to 1,874 times at an attention length of 3,800 on a
