@@ -1178,8 +1178,8 @@ from attnkit.claims import claim
 claim("alignment_not_one_hot", "At length 16 the largest weight misses the anti-diagonal for some "
       "letters, but at least 0.85 of the weight lies within one position of it.",
       lambda g: g["ch02_diag_argmax_len16"] < 1 and g["ch02_diag_window_len16"] >= 0.85)
-claim("decoder_uses_mixture", "Decoding with the largest weight's annotation alone cuts exact match "
-      "over lengths 4 to 16 by at least a third.",
+claim("decoder_uses_mixture", "Decoding with the largest weight's annotation alone cuts exact "
+      "match over lengths 4 to 16 by at least a third.",
       lambda g: g["ch02_hard_mean4plus"] / g["ch02_mean4plus_attention"] <= 2 / 3)
 
 # %% [markdown]

@@ -1466,8 +1466,10 @@ claim("context_sometimes_below", "In some runs (at least 1 in 10) every contextu
 claim("context_sometimes_far_above", "In some runs (at least 1 in 10) the best contextual row of "
       "the 80/10/10 model scores more than 10 F1 above its embeddings.",
       lambda g: g["ch06_f1_best"] > g["ch06_f1_embedding"] + 10, at_least=0.1)
-claim("concat_gain_gone_in_pca", "In most runs (at least 8 in 10) the 95% interval of the projected "
-      "concatenation minus the last layer does not lie above 0: a gain over the last layer is not shown.",
+claim("concat_gain_gone_in_pca", "In most runs (at least 8 in 10) the 95% interval of the "
+      "projected "
+      "concatenation minus the last layer does not lie above 0: a gain over the last layer is "
+      "not shown.",
       lambda g: g["ch06_pca_minus_last_lo"] <= 0, at_least=0.8)
 
 # %% [markdown]
@@ -1612,8 +1614,8 @@ claim("allmask_replaced_near_mask", "In some runs (at least 1 in 10) the 100%-[M
 claim("replaced_below_mask", "The 80/10/10 head names the original word less often at a replaced "
       "token than at a [MASK].",
       lambda g: g["ch06_probe_replaced_801010"] < g["ch06_mlm_acc_801010"])
-claim("allmask_replaced_below_mask", "In most runs (at least 8 in 10) the 100%-[MASK] head names the "
-      "original word less often at a replaced token than at a [MASK].",
+claim("allmask_replaced_below_mask", "In most runs (at least 8 in 10) the 100%-[MASK] head "
+      "names the original word less often at a replaced token than at a [MASK].",
       lambda g: g["ch06_probe_replaced_allmask"] < g["ch06_mlm_acc_allmask"], at_least=0.8)
 
 # %% [markdown]
@@ -1675,11 +1677,12 @@ claim("rule_helps_features_interval", "In most runs (at least 8 in 10) the 95% i
 claim("concat_gap_unsure", "In some runs (at least 1 in 10) the 95% interval of the gap on the "
       "concatenation of the last four layers does not lie above 0.",
       lambda g: g["ch06_gap_concat_lo"] <= 0, at_least=0.1)
-claim("allmask_below_own_embeddings", "In most runs (at least 6 in 10) the 100%-[MASK] model's last "
-      "layer scores below its own embeddings, with a 95% interval below 0.",
+claim("allmask_below_own_embeddings", "In most runs (at least 6 in 10) the 100%-[MASK] model's "
+      "last layer scores below its own embeddings, with a 95% interval below 0.",
       lambda g: g["ch06_am_last_minus_emb_hi"] < 0, at_least=0.6)
 claim("allmask_falls_further", "In most runs (at least 8 in 10) the 100%-[MASK] model's last layer "
-      "falls further below its embeddings than the 80/10/10 model's falls below (or rises above) its own.",
+      "falls further below its embeddings than the 80/10/10 model's falls below (or rises "
+      "above) its own.",
       lambda g: g["ch06_am_last_minus_emb"] < g["ch06_last_minus_emb"], at_least=0.8)
 claim("concat_gap_sometimes_negative", "In some runs (at least 1 in 10) the 100%-[MASK] model's "
       "concatenation of the last four layers tags better than the 80/10/10 model's.",

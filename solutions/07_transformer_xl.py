@@ -1251,11 +1251,12 @@ claim("speedup_grows", "The speed-up of the cache is larger than 1 at every cont
 # can swap two neighbours).
 
 # %% tags=["skip-grading", "hide-input"]
-claim("between_reference_points", "In most runs (at least 8 in 10) the speed-up lies between the FLOP "
-      "ratio and C at two or more of the five contexts.",
+claim("between_reference_points", "In most runs (at least 8 in 10) the speed-up lies between "
+      "the FLOP ratio and C at two or more of the five contexts.",
       lambda g: sum(g[f"ch07_flop_ratio_{c}"] <= g[f"ch07_speedup_{c}"] <= c
                     for c in (16, 32, 64, 128, 256)) >= 2, at_least=0.8)
-claim("speedup_rises", "In most runs (at least 8 in 10) the speed-up rises with each doubling of C.",
+claim("speedup_rises", "In most runs (at least 8 in 10) the speed-up rises with each doubling "
+      "of C.",
       lambda g: all(g[f"ch07_speedup_{a}"] < g[f"ch07_speedup_{b}"]
                     for a, b in [(16, 32), (32, 64), (64, 128), (128, 256)]), at_least=0.8)
 

@@ -87,7 +87,7 @@ def test_totals_are_the_same_with_cuda_present_and_absent(box, monkeypatch, grad
     totals = {}
     for usable in (False, True):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: grader_sees_gpu or usable)
-        monkeypatch.setattr(box, "_cuda", usable)  # the harness's view of the student process
+        monkeypatch.setattr(box, "cuda", usable)  # what student.cuda_usable says
         result = grade_submission(CHAPTER / "99_toy.py", box)
         assert result["extra_data"]["cuda"] is usable
         assert any("GPU" in t["name"] and t["status"] == "passed" for t in result["tests"]), "no CUDA test ran"

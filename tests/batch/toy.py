@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -22,7 +23,7 @@ CHAPTER = "98_batch_toy"
 VARIANTS = {
     "ok": ("", ""),
     "wrong": ("return a + b", "return a - b"),  # 1 of 4 points (scale still right)
-    "segv": ("import torch", "import torch, ctypes\nctypes.string_at(0)"),  # crashes while loading
+    "segv": ("", ""),  # a cell of its own that crashes while loading (APPENDED)
     "loop": ("return x * k", "while True:\n        pass"),  # one call times out: 3 of 4
     "sleepy": ("import torch", "import torch, time\ntime.sleep(60)"),  # outlives the submission timeout
     "inputs": ("    return a + b", """    print("INPUTS", tuple(a.shape), round(float(a.sum()), 5))
@@ -33,6 +34,9 @@ VARIANTS = {
     print("HOST_UID", next(o + uid - i for i, o, n in rows if i <= uid < i + n))
     return a + b"""),
 }
+
+# name -> a code cell appended to the notebook
+APPENDED = {"segv": "import ctypes\nctypes.string_at(0)"}
 
 
 def make_notebook(path: Path, variant: str = "ok") -> Path:
@@ -46,6 +50,8 @@ def make_notebook(path: Path, variant: str = "ok") -> Path:
     for cell in nb.cells:
         if old:
             cell.source = cell.source.replace(old, new)
+    if variant in APPENDED:
+        nb.cells.append(nbformat.v4.new_code_cell(APPENDED[variant]))
     jupytext.write(nb, path)
     return path
 
