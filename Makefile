@@ -38,7 +38,7 @@ test: setup        ## every test: generation, graders' self-test, sandbox, batch
 test-notebooks: setup  ## each chapter's alternative solution: full marks, its notebook runs clean (its claims: make claims)
 	$(PY) -m course alternatives
 
-claims: setup      ## each chapter's experiment over 5 seeds x reference/alternative x 1/2 threads (cached in tests/claims/); every claim checked
+claims: setup      ## each chapter's experiment: worded on 5 seeds x reference/alternative x 1/2 threads, confirmed on 5 held-out seeds (cached in tests/claims/); every claim checked on both
 	$(PY) -m course claims
 
 release: setup     ## the student repository, without solutions or hidden graders, into _build/release (leak-checked); PUBLISH=<git remote> pushes it

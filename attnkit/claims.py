@@ -9,7 +9,8 @@ A sentence that concludes something from those figures is a `claim`: a name, the
 sentence's wording, and a predicate over the figures of one run. The page shows
 whether it holds on this run and on every run of the claims check
 (`python -m course claims NN`: 5 seeds x the reference and the alternative
-solution x 1 and 2 threads, recorded in tests/claims/NN_name.json).
+solution x 1 and 2 threads, recorded in tests/claims/NN_name.json), and whether it
+is confirmed on held-out seeds that its wording never saw (the record's "confirmation").
 
     @experiment("07_transformer_xl")
     def recall(seed: int = 0, threads: int = 1) -> dict:
@@ -127,6 +128,64 @@ def verdict(c: Claim, runs: list[dict]) -> dict:
     return {"ok": ok, "held": held, "total": total, "errors": errors}
 
 
+def confirmation_runs(record: dict | None) -> list[dict]:
+    """The runs on held-out seeds, which no claim's wording has seen, in the shape of `record_runs`."""
+    part = (record or {}).get("confirmation") or {}
+    held = part.get("held_out")
+    return [r for r in record_runs(part) if held is None or r["seed"] in held]
+
+
+def seen_runs(record: dict | None) -> list[dict]:
+    """The runs of earlier confirmation rounds: read before a claim was reworded, so no longer held out."""
+    part = (record or {}).get("confirmation") or {}
+    held = part.get("held_out")
+    return [r for r in record_runs(part) if held is not None and r["seed"] not in held]
+
+
+def confirmed(c: Claim, runs: list[dict], worded: list[dict] = ()) -> dict:
+    """How often `c` holds in the held-out runs, all solutions pooled (each runs only some seeds).
+
+    A claim about a rate below one run in len(runs) ("in some runs, at least 1 in 10") cannot be
+    tested on those runs alone: it is tested on them pooled with the `worded` runs ("pooled")."""
+    pooled = bool(runs) and bool(worded) and c.at_least * len(runs) < 1
+    every = list(runs) + (list(worded) if pooled else [])
+    checks = [c.check(r["figures"]) for r in every]
+    held, errors = sum(v is True for v in checks), sorted({v for v in checks if isinstance(v, str)})
+    ok = bool(runs) and not errors and held >= c.at_least * len(every) - 1e-9
+    return {"ok": ok, "held": held, "total": len(every), "errors": errors, "pooled": pooled}
+
+
+class _Reads(dict):
+    """A run's figures that note which names a predicate reads."""
+
+    def __init__(self, figures: dict):
+        super().__init__(figures)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+
+def figures_read(c: Claim, runs: list[dict]) -> set[str]:
+    """The names of the figures `c`'s predicate reads (on the runs where it can be evaluated)."""
+    names: set[str] = set()
+    for r in runs:
+        g = _Reads(r["figures"])
+        c.check(g)
+        names |= g.read
+    return names
+
+
+def identical_alternative(names: set[str], runs: list[dict]) -> bool:
+    """Whether the alternative solution gives the reference's bits for every figure in `names`
+    in every run (seed, threads) both have: then it is no independent check of those figures."""
+    ref = {(r["seed"], r["threads"]): r["figures"] for r in runs if r["implementation"] == "reference"}
+    pairs = [(ref[k], r["figures"]) for r in runs if r["implementation"] == "alternative"
+             and (k := (r["seed"], r["threads"])) in ref]
+    return bool(names and pairs) and all(a.get(n) == b.get(n) for a, b in pairs for n in names)
+
+
 def _runs_phrase(runs: list[dict]) -> str:
     seeds = sorted({r["seed"] for r in runs})
     impls = sorted({r["implementation"] for r in runs}, key=lambda i: i != "reference")
@@ -164,13 +223,36 @@ def claim(name: str, text: str, holds: Callable[[dict], bool], at_least: float =
         line += f" This run: {'one of them' if here else 'not one of them'}."
     elif here is not None:
         line += f" This run: {'✓ holds' if here else '✗ does not hold'}."
-    runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
-    if runs:
-        v = verdict(c, runs)
-        counts = ", ".join(f"{v['held'][i]} of {v['total'][i]} {i} runs" for i in v["total"])
-        need = "" if at_least >= 1 else f" (needed: {at_least:.0%} of each)"
-        line += f" Claims check ({_runs_phrase(runs)}): {'✓' if v['ok'] else '✗'} {counts}{need}."
+    record = load_record(CHAPTER[0]) if CHAPTER else None
+    line += badge(c, record_runs(record), confirmation_runs(record), seen_runs(record))
     _show_markdown(line)
+
+
+def badge(c: Claim, runs: list[dict], held_out: list[dict], seen: list[dict] = ()) -> str:
+    """What the claims check says of `c`: on the runs it was worded on, on the held-out seeds, and
+    whether the alternative solution checked it independently."""
+    if not runs:
+        return ""
+    v = verdict(c, runs)
+    counts = ", ".join(f"{v['held'][i]} of {v['total'][i]} {i} runs" for i in v["total"])
+    need = "" if c.at_least >= 1 else f" (needed: {c.at_least:.0%} of each)"
+    line = f" Claims check ({_runs_phrase(runs)}): {'✓' if v['ok'] else '✗'} {counts}{need}."
+    if seen:
+        s = confirmed(c, list(seen), runs)
+        line += (f" Its wording also saw seeds {min(r['seed'] for r in seen)}-{max(r['seed'] for r in seen)}:"
+                 f" {'✓' if s['ok'] else '✗'} {s['held']} of {s['total']} runs.")
+    if held_out:
+        h = confirmed(c, held_out, list(runs) + list(seen))
+        seeds = len({r["seed"] for r in held_out})
+        these = "runs, with the worded ones: a rate this low needs more runs" if h["pooled"] else "runs"
+        line += (f" ✓ Confirmed on {seeds} held-out seeds ({h['held']} of {h['total']} {these})." if h["ok"] else
+                 f" ✗ Not confirmed on {seeds} held-out seeds: holds in {h['held']} of {h['total']} {these}.")
+    else:
+        line += " Not yet confirmed on held-out seeds."
+    if identical_alternative(figures_read(c, runs), runs):
+        line += (" The alternative solution gives the reference's figures bit for bit here, so it is"
+                 " not an independent check.")
+    return line
 
 
 def _moves_with(name: str, runs: list[dict]) -> str:
@@ -191,25 +273,30 @@ def _moves_with(name: str, runs: list[dict]) -> str:
 
 
 def spread(names: dict[str, str] | list[str], digits: int = 2) -> None:
-    """A table of this run's figures with their mean and range over the recorded runs.
+    """A table of this run's figures with their mean and range over the recorded runs (the worded
+    runs and the held-out ones).
 
     `names` maps figure names to row labels (a list uses the names). The last column says
-    which of seed, thread count and implementation change the figure in the record.
+    which of seed, thread count and implementation change the figure in the worded runs.
     """
     labels = names if isinstance(names, dict) else {n: n for n in names}
-    runs = record_runs(load_record(CHAPTER[0])) if CHAPTER else []
+    record = load_record(CHAPTER[0]) if CHAPTER else None
+    runs, later = record_runs(record), seen_runs(record) + confirmation_runs(record)
     head = "| figure | this run |" + (" mean | min - max | changes with |" if runs else "")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, label in labels.items():
         here = THIS_RUN.get(name)
         row = f"| {label} | {'-' if here is None else f'{here:.{digits}f}'} |"
-        vals = [r["figures"][name] for r in runs if name in r["figures"]]
+        vals = [r["figures"][name] for r in runs + later if name in r["figures"]]
         if runs and vals:
             row += (f" {sum(vals) / len(vals):.{digits}f} | {min(vals):.{digits}f} - {max(vals):.{digits}f} |"
                     f" {_moves_with(name, runs)} |")
         elif runs:
             row += " - | - | not recorded |"
         rows.append(row)
-    note = (f"Over {len(runs)} runs of the claims check ({_runs_phrase(runs)})." if runs else
+    seeds = sorted({r["seed"] for r in later})
+    also = f" and {len(later)} runs on the later seeds {seeds[0]}-{seeds[-1]}, one each" if later else ""
+    note = (f"Over {len(runs)} runs of the claims check ({_runs_phrase(runs)}){also}; the last column"
+            f" reads the first {len(runs)}." if runs else
             "No record of the claims check in this copy: this run's figures only.")
     _show_markdown("\n".join(rows) + "\n\n" + note)

@@ -15,6 +15,19 @@ experiment (`attnkit.claims.experiment`):
    what changed.
 3. The claims (the cells holding only `claim(...)` calls) are checked on every recorded
    run: each must hold in at least its `at_least` fraction of each implementation's runs.
+   These runs are the ones the claims are *worded* on: their bounds are chosen by looking
+   at them.
+4. Each claim is then *confirmed* on held-out seeds its wording never saw: a round of 5
+   seeds after the worded ones, one run a seed, the implementation and thread count
+   rotating (`ROTATION`: about a quarter of the cost of the worded runs). They go to the
+   record's "confirmation" part, keyed by the same hash; a claim must hold in its
+   `at_least` fraction of them, all solutions pooled. A claim reworded after a round was
+   read has seen that round: the chapter moves to the next round (`ROUNDS`), whose seeds
+   are new, and the rounds before it join the runs the claims are worded on.
+5. The check also reports each claim's margin (how far the run that decides it is from
+   the bound) against the spread of its runs (the range of the compared quantity), and
+   the claims whose figures the alternative solution gives bit for bit like the
+   reference (then it is no independent check).
 """
 from __future__ import annotations
 
@@ -34,6 +47,13 @@ from course.exercises import ROOT, read_solution
 
 RECORDS = ROOT / "tests" / "claims"
 IMPLEMENTATIONS = ("reference", "alternative")
+# The held-out runs of a round: (implementation, threads) for its 5 seeds in turn. Round r uses seeds
+# 5r to 5r+4 (round 1: seeds 5-9, after the worded 0-4). Kept here, out of the hashed experiment
+# code: a new round re-runs only its own 5 runs.
+ROTATION = (("reference", 1), ("alternative", 2), ("reference", 2), ("alternative", 1), ("reference", 1))
+ROUNDS: dict[str, int] = {   # chapter -> its round, where a claim was reworded after reading round 1
+    "02_attention": 3, "04_elmo": 2, "05_gpt": 2, "06_bert": 2,
+}
 PRESENTATION = {"claims.py", "glue.py"}   # attnkit modules that show figures, never compute them
 
 
@@ -123,9 +143,9 @@ def code_hash(chapter: str, implementation: str) -> str:
 
 # ---------------------------------------------------------------- running
 def work(chapter: str, implementation: str, out: str, solutions: str, alternatives: str,
-         seeds: list[int] | None = None) -> None:
+         seeds: list[int] | None = None, plan: list[tuple[int, int]] | None = None) -> None:
     """In a fresh process: run the experiment cells, call every experiment on its seeds (or
-    those of `seeds` it has) and threads."""
+    those of `seeds` it has) and threads, or on the (seed, threads) pairs of `plan`."""
     import matplotlib
     matplotlib.use("Agg")
     import course.alternatives
@@ -143,19 +163,24 @@ def work(chapter: str, implementation: str, out: str, solutions: str, alternativ
                            f"{e['message']}\n{e['traceback']}\n{e['output'][-2000:]}")
     runs = []
     for exp in registry.EXPERIMENTS.values():
-        for seed in (s for s in range(exp.seeds) if seeds is None or s in seeds):
-            for threads in exp.threads:
-                started = time.monotonic()
-                figures = registry.figures_of(exp.fn(seed=seed, threads=threads))
-                seconds = round(time.monotonic() - started, 1)
-                runs.append({"experiment": exp.name, "seed": seed, "threads": threads,
-                             "figures": figures, "seconds": seconds})
-                print(f"{chapter} {implementation} {exp.name}: seed {seed}, {threads} thread(s), "
-                      f"{seconds:.0f} s", file=sys.__stderr__, flush=True)
+        calls = plan if plan is not None else [
+            (seed, threads) for seed in range(exp.seeds) if seeds is None or seed in seeds for threads in exp.threads]
+        if plan is not None and min((s for s, _ in plan), default=exp.seeds) < exp.seeds:
+            raise RuntimeError(f"{chapter}: a held-out seed in {plan} is one of {exp.name}'s worded seeds "
+                               f"(0-{exp.seeds - 1})")
+        for seed, threads in calls:
+            started = time.monotonic()
+            figures = registry.figures_of(exp.fn(seed=seed, threads=threads))
+            seconds = round(time.monotonic() - started, 1)
+            runs.append({"experiment": exp.name, "seed": seed, "threads": threads,
+                         "figures": figures, "seconds": seconds})
+            print(f"{chapter} {implementation} {exp.name}: seed {seed}, {threads} thread(s), "
+                  f"{seconds:.0f} s", file=sys.__stderr__, flush=True)
     Path(out).write_text(json.dumps(runs))
 
 
-def _run(chapter: str, implementation: str, seeds: list[int] | None = None) -> list[dict]:
+def _run(chapter: str, implementation: str, seeds: list[int] | None = None,
+         plan: list[tuple[int, int]] | None = None) -> list[dict]:
     """Run `work` in a fresh Python process (its own namespace, registry and thread pool)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "runs.json"
@@ -167,7 +192,7 @@ def _run(chapter: str, implementation: str, seeds: list[int] | None = None) -> l
                    ATTNKIT_DEVICE="cpu")
         import course.alternatives
         import course.exercises
-        where = (str(out), str(course.exercises.SOLUTIONS), str(course.alternatives.ALTERNATIVES), seeds)
+        where = (str(out), str(course.exercises.SOLUTIONS), str(course.alternatives.ALTERNATIVES), seeds, plan)
         code = f"from course.claims import work; work({chapter!r}, {implementation!r}, *{where!r})"
         proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -198,33 +223,93 @@ def implementations(chapter: str) -> list[str]:
 
 
 def stale(chapter: str, record: dict | None = None) -> list[str]:
-    """The implementations whose recorded runs do not match the current code."""
+    """The implementations whose recorded (worded) runs do not match the current code."""
     record = record or load(chapter)
     parts = record.get("implementations", {})
     return [i for i in implementations(chapter) if parts.get(i, {}).get("hash") != code_hash(chapter, i)]
 
 
+def confirmation_round(chapter: str) -> int:
+    return ROUNDS.get(chapter, 1)
+
+
+def confirmation_plan(chapter: str, rounds: int | None = None) -> dict[str, list[tuple[int, int]]]:
+    """implementation -> its (seed, threads) runs of rounds 1 to `rounds` (the chapter's round);
+    the reference takes the alternative's share in a chapter without one."""
+    impls = implementations(chapter)
+    plan: dict[str, list[tuple[int, int]]] = {}
+    for r in range(1, (rounds or confirmation_round(chapter)) + 1):
+        for k, (impl, threads) in enumerate(ROTATION):
+            plan.setdefault(impl if impl in impls else "reference", []).append((5 * r + k, threads))
+    return plan
+
+
+def held_out_seeds(chapter: str) -> list[int]:
+    """The seeds of the chapter's round: those no claim's wording has seen."""
+    r = confirmation_round(chapter)
+    return list(range(5 * r, 5 * r + len(ROTATION)))
+
+
+def missing_confirmation(chapter: str, record: dict | None = None) -> dict[str, list[tuple[int, int]]]:
+    """implementation -> the planned held-out runs not in the record (all of them where the code changed)."""
+    record = record or load(chapter)
+    parts = record.get("confirmation", {}).get("implementations", {})
+    out = {}
+    for impl, calls in confirmation_plan(chapter).items():
+        part = parts.get(impl, {})
+        done = {(r["seed"], r["threads"]) for r in part.get("runs", [])} \
+            if part.get("hash") == code_hash(chapter, impl) else set()
+        if [c for c in calls if c not in done]:
+            out[impl] = [c for c in calls if c not in done]
+    return out
+
+
+def stale_confirmation(chapter: str, record: dict | None = None) -> list[str]:
+    """The implementations whose held-out runs are missing or of other code (all of them where the
+    record names other held-out seeds than the chapter's round)."""
+    record = record or load(chapter)
+    if record.get("confirmation", {}).get("held_out") != held_out_seeds(chapter):
+        return list(confirmation_plan(chapter))
+    return list(missing_confirmation(chapter, record))
+
+
 def refresh(chapter: str, force: bool = False, jobs: int = 1) -> dict:
-    """The chapter's record, re-running the implementations whose code changed (or all, forced).
+    """The chapter's record, re-running the implementations whose code changed (or all, forced):
+    their worded runs and their held-out runs.
 
     With `jobs` > 1, that many processes run at once, each for one implementation and a share
     of the seeds (each process runs the notebook's cells once, then its calls)."""
     from concurrent.futures import ThreadPoolExecutor
     record = load(chapter)
     todo = implementations(chapter) if force else stale(chapter, record)
-    hashes = {impl: code_hash(chapter, impl) for impl in todo}   # of the code the runs execute
+    plan = confirmation_plan(chapter) if force else missing_confirmation(chapter, record)
+    held = list(plan)
+    hashes = {impl: code_hash(chapter, impl) for impl in {*todo, *held}}   # of the code the runs execute
     per = max(1, -(-jobs // max(1, len(todo))))                 # processes per implementation
-    tasks = [(impl, [s for s in range(64) if s % per == k]) for impl in todo for k in range(per)]
+    tasks = [("worded", impl, [s for s in range(64) if s % per == k] if per > 1 else None, None)
+             for impl in todo for k in range(per)]
+    per = max(1, -(-jobs // max(1, len(held))))
+    tasks += [("confirmation", impl, None, plan[impl][k::per]) for impl in held for k in range(per)
+              if plan[impl][k::per]]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(lambda t: (t[0], _run(chapter, t[0], t[1] if per > 1 else None)), tasks))
-    for impl in todo:
-        runs = sorted((r for i, rs in results if i == impl for r in rs),
-                      key=lambda r: (r["experiment"], r["seed"], r["threads"]))
-        record["implementations"][impl] = {"hash": hashes[impl], "runs": runs,
-                                           "seconds": round(sum(r["seconds"] for r in runs), 1)}
-        print(f"{chapter}: {impl} ran {len(runs)} experiment runs")
-    if todo:
+        results = list(pool.map(lambda t: (t[0], t[1], _run(chapter, t[1], t[2], t[3])), tasks))
+    order = lambda r: (r["experiment"], r["seed"], r["threads"])  # noqa: E731
+    confirmation = record.setdefault("confirmation", {"implementations": {}})
+    for kind, impls in (("worded", todo), ("confirmation", held)):
+        part = record["implementations"] if kind == "worded" else confirmation["implementations"]
+        for impl in impls:
+            runs = [r for k, i, rs in results if (k, i) == (kind, impl) for r in rs]
+            old = part.get(impl, {})
+            if kind == "confirmation" and not force and old.get("hash") == hashes[impl]:
+                runs += old["runs"]                          # earlier rounds, of the same code
+            runs.sort(key=order)
+            part[impl] = {"hash": hashes[impl], "runs": runs, "seconds": round(sum(r["seconds"] for r in runs), 1)}
+            print(f"{chapter}: {impl} ran {sum(len(rs) for k, i, rs in results if (k, i) == (kind, impl))} "
+                  f"{'held-out' if kind == 'confirmation' else 'worded'} experiment runs")
+    changed = confirmation.get("held_out") != held_out_seeds(chapter)
+    confirmation["held_out"] = held_out_seeds(chapter)
+    if todo or held or changed:
         save(chapter, record)
         print(f"{chapter}: claims runs took {time.monotonic() - started:.0f} s ({jobs} job(s))")
     return record
@@ -240,18 +325,123 @@ def claims_of(chapter: str) -> dict:
     return dict(registry.CLAIMS)
 
 
+# ---------------------------------------------------------------- margin against spread
+def _slacks(node: ast.expr) -> list[ast.expr]:
+    """The predicate's inequalities as expressions of their slack: positive where one holds, by how much.
+
+    `a >= b` gives `a - b`, `a < b` gives `b - a`; `and` gives each part's; `all(... for ...)` the
+    smallest over its items. Equalities, memberships and other forms give none (nothing to measure)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return [s for v in node.values for s in _slacks(v)]
+    if isinstance(node, ast.Compare):
+        out, left = [], node.left
+        for op, right in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.Gt, ast.GtE)):
+                out.append(ast.BinOp(left, ast.Sub(), right))
+            elif isinstance(op, (ast.Lt, ast.LtE)):
+                out.append(ast.BinOp(right, ast.Sub(), left))
+            left = right
+        return out
+    if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "all" and len(node.args) == 1
+            and isinstance(node.args[0], ast.GeneratorExp)):
+        inner = _slacks(node.args[0].elt)
+        if inner:
+            elt = inner[0] if len(inner) == 1 else ast.Call(ast.Name("min", ast.Load()), inner, [])
+            return [ast.Call(ast.Name("min", ast.Load()), [ast.GeneratorExp(elt, node.args[0].generators)], [])]
+    return []
+
+
+def slack_functions(source: str) -> dict[str, list[tuple[str, object]]]:
+    """claim name -> [(the inequality's slack as text, a function of one run's figures)] for the
+    `claim(...)` calls of a claim cell whose predicate is a lambda."""
+    namespace: dict = {}
+    tree = ast.parse(source)
+    exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []),
+                 "<claim imports>", "exec"), namespace)
+    out: dict[str, list] = {}
+    for node in tree.body:
+        call = node.value if isinstance(node, ast.Expr) and _calls(node, "claim") else None
+        if call is None or not call.args or not isinstance(call.args[0], ast.Constant):
+            continue
+        holds = call.args[2] if len(call.args) > 2 else next((k.value for k in call.keywords if k.arg == "holds"), None)
+        if not isinstance(holds, ast.Lambda):
+            continue
+        fns = []
+        for slack in _slacks(holds.body):
+            fn = ast.fix_missing_locations(ast.Expression(ast.Lambda(holds.args, slack)))
+            fns.append((ast.unparse(slack), eval(compile(fn, "<claim slack>", "eval"), namespace)))
+        out[call.args[0].value] = fns
+    return out
+
+
+def margins(chapter: str, runs: list[dict]) -> dict[str, dict]:
+    """claim name -> its tightest inequality: the margin (the slack of the run that decides the
+    claim: the smallest, or for a claim about `at_least` of the runs the one at that fraction) against
+    the spread (the slack's range over the runs). A margin smaller than the spread is fragile: a run
+    as far from the others as they are from each other may break the claim."""
+    import math
+    fns = {name: f for source in claim_sources(read_solution(chapter)) for name, f in slack_functions(source).items()}
+    claims = claims_of(chapter)
+    out = {}
+    for name, parts in fns.items():
+        at_least = claims[name].at_least if name in claims else 1.0
+        rows = []
+        for text, fn in parts:
+            by_impl: dict[str, list[float]] = {}
+            try:
+                for r in runs:
+                    by_impl.setdefault(r["implementation"], []).append(float(fn(r["figures"])))
+            except (KeyError, TypeError, ValueError):
+                continue
+            values = [v for vs in by_impl.values() for v in vs]
+            if not values:
+                continue
+            margin = min(sorted(vs, reverse=True)[max(0, math.ceil(at_least * len(vs)) - 1)]
+                         for vs in by_impl.values())
+            rows.append({"slack": text, "margin": margin, "spread": max(values) - min(values)})
+        if rows:
+            out[name] = min(rows, key=lambda m: m["margin"] / m["spread"] if m["spread"] > 0 else
+                            (math.inf if m["margin"] > 0 else -math.inf))
+            out[name]["fragile"] = out[name]["margin"] < out[name]["spread"]
+    return out
+
+
 def check(chapter: str, record: dict) -> list[str]:
-    """Every claim on every recorded run; the failures, as sentences."""
-    from attnkit.claims import record_runs, verdict
-    runs = record_runs(record)
+    """Every claim on every worded run and every held-out run; the failures, as sentences.
+
+    It also prints each claim's margin against its spread, and whether the alternative solution
+    gives the reference's figures bit for bit (then it checks nothing independently)."""
+    from attnkit.claims import (confirmation_runs, confirmed, figures_read, identical_alternative, record_runs,
+                                seen_runs, verdict)
+    runs, held_out, seen = record_runs(record), confirmation_runs(record), seen_runs(record)
     problems = []
+    if not held_out:
+        problems.append(f"{chapter}: no held-out runs in the record: run `python -m course claims {chapter}`")
+    edges = margins(chapter, runs + seen)
     for name, c in claims_of(chapter).items():
         v = verdict(c, runs)
+        if seen and not confirmed(c, seen, runs)["ok"]:
+            v = {**v, "ok": False, "errors": v["errors"] + [f"fails on the seen seeds {_seeds(seen)}"]}
         counts = ", ".join(f"{v['held'][i]}/{v['total'][i]} {i}" for i in v["total"]) or "no runs"
-        print(f"  {'ok  ' if v['ok'] else 'FAIL'} {name}: {counts} (needed {c.at_least:.0%}) - {c.text}")
+        h = confirmed(c, held_out, runs + seen)
+        m = edges.get(name)
+        notes = [f"seen {confirmed(c, seen, runs)['held']}/{confirmed(c, seen, runs)['total']}"] if seen else []
+        notes.append(f"held-out {h['held']}/{h['total']}" + (" (pooled with the worded runs)" if h["pooled"] else "")
+                     + ("" if h["ok"] or not held_out else " FAILS"))
+        if m:
+            notes.append(f"margin {m['margin']:.3g} vs spread {m['spread']:.3g}" + (" FRAGILE" if m["fragile"] else ""))
+        if identical_alternative(figures_read(c, runs), runs):
+            notes.append("alternative bit-identical: not an independent check")
+        ok = v["ok"] and (h["ok"] or not held_out)
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {counts} (needed {c.at_least:.0%}); {'; '.join(notes)} - {c.text}")
         if not v["ok"]:
             problems.append(f"{chapter}: claim {name!r} holds in {counts} runs, needed {c.at_least:.0%}"
                             + (f" ({'; '.join(v['errors'])})" if v["errors"] else "") + f": {c.text}")
+        if held_out and not h["ok"]:
+            problems.append(f"{chapter}: claim {name!r} is not confirmed on the held-out seeds: it holds in "
+                            f"{h['held']} of {h['total']} runs{' (pooled)' if h['pooled'] else ''}, needed "
+                            f"{c.at_least:.0%}"
+                            + (f" ({'; '.join(h['errors'])})" if h["errors"] else "") + f": {c.text}")
     return problems
 
 
@@ -269,6 +459,12 @@ def alternative_problems(chapter: str) -> list[str]:
 def claims_chapters() -> list[str]:
     from course.book import book_chapters
     return [ch for ch in book_chapters() if has_experiment(ch)]
+
+
+def _seeds(runs: list[dict]) -> str:
+    seeds = sorted({r["seed"] for r in runs})
+    return "none" if not seeds else f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
+        else ", ".join(map(str, seeds))
 
 
 def main(args: list[str]) -> int:
@@ -290,8 +486,11 @@ def main(args: list[str]) -> int:
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
-        print(f"{ch}: {len(claims_of(ch))} claims on {sum(len(p['runs']) for p in record['implementations'].values())}"
-              " recorded runs")
+        from attnkit.claims import confirmation_runs, record_runs, seen_runs
+        worded, held_out, seen = record_runs(record), confirmation_runs(record), seen_runs(record)
+        also = f" and {len(seen)} runs of an earlier round (seeds {_seeds(seen)})" if seen else ""
+        print(f"{ch}: {len(claims_of(ch))} claims, worded on {len(worded)} runs (seeds {_seeds(worded)}){also}, "
+              f"confirmed on {len(held_out)} held-out runs (seeds {_seeds(held_out)})")
         problems += check(ch, record)
     for p in problems:
         print(f"- {p}")

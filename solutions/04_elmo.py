@@ -1020,17 +1020,19 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #   well as layer 1 in every run of the check, the paper's direction; how far
 #   ahead it is, and whether the gap is more than chance, depends on the seed,
 #   the thread count and the implementation (the range in the table above). Mind what the gap
-#   measures: layer 2 sits within a point or two of the Bayes rule, the
-#   ceiling, in every run, so where layer 1 gets close too there is little
-#   left to separate them. On data this easy, "layer 2 holds more semantics"
+#   measures: in most runs layer 2 sits within 2 points of the Bayes rule,
+#   the ceiling, so where layer 1 gets close too there is little left to
+#   separate them. In a few runs layer 2 trains to a weaker reading, several
+#   points lower (the table's range). On data this easy, "layer 2 holds more semantics"
 #   is partly "layer 2 reaches the ceiling first"; exercise 3 asks for data
 #   where the layers need not both get there.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("layer2_reads_sense_best", "Layer 2 reads the sense of bank at least as well as layer 1.",
       lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_layer1"])
-claim("layer2_near_ceiling", "Layer 2 reads the sense within 2 points of the Bayes rule.",
-      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2)
+claim("layer2_near_ceiling", "In most runs (at least 8 in 10) layer 2 reads the sense within 2 "
+      "points of the Bayes rule.",
+      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2, at_least=0.8)
 
 # %% [markdown]
 # **The learned weights.** The printed weights $\mathrm{softmax}(s)$ are
@@ -1058,8 +1060,8 @@ claim("layer2_near_ceiling", "Layer 2 reads the sense within 2 points of the Bay
 # {glue:text}`ch04_sense_layer1:.1f`% for layer 1. In every run of the
 # check the 1000-step mix reads the sense within 2 points of the better
 # LSTM layer, mostly at or just below it, sometimes slightly above (the
-# tables give the spread); this experiment does not say why it gains no
-# more. Peters et al. offer a layer normalisation of
+# tables give the spread). In most runs it has little room to gain: layer 2
+# is already within 2 points of the Bayes rule, the ceiling. Peters et al. offer a layer normalisation of
 # each layer before the mix: whether it changes the learned weights is
 # exercise 5.
 
@@ -1130,9 +1132,11 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 claim("unseen_words_near_bank", "Under layer 0 the unseen banks and banker are among the 5 nearest "
       "word types of bank.",
       lambda g: max(g["ch04_rank_banks"], g["ch04_rank_banker"]) <= 5)
-claim("neighbours_share_sense", "Under layer 2 at least 90% of the 10 nearest occurrences of bank "
-      "share its sense, and under ELMo within 3 points of that.",
-      lambda g: g["ch04_nn_layer2"] >= 90 and abs(g["ch04_nn_ELMo"] - g["ch04_nn_layer2"]) <= 3)
+claim("neighbours_share_sense", "In most runs (at least 8 in 10) under layer 2 at least 90% of the "
+      "10 nearest occurrences of bank share its sense.",
+      lambda g: g["ch04_nn_layer2"] >= 90, at_least=0.8)
+claim("elmo_neighbours_like_layer2", "Under ELMo the share is within 3 points of layer 2's.",
+      lambda g: abs(g["ch04_nn_ELMo"] - g["ch04_nn_layer2"]) <= 3)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch04_rank_banks": "rank of banks", "ch04_rank_banker": "rank of banker",
@@ -1263,8 +1267,8 @@ plt.show()
 # * Linear probes show that the LSTM layers hold the context (sense, part of
 #   speech) that layer 0 cannot, in every run of the claims check. On our
 #   toy data both LSTM layers read the part of speech at 90% or more, and
-#   the top layer reads the sense at least as well as layer 1, close to the
-#   Bayes-optimal ceiling; the size of that gap, and the learned weights,
+#   the top layer reads the sense at least as well as layer 1, in most runs
+#   close to the Bayes-optimal ceiling; the size of that gap, and the learned weights,
 #   move with the seed, the thread count and the probe's budget.
 #
 # ## Exercises

@@ -1106,20 +1106,21 @@ claim("few_shot_rises", "The 2-layer model's accuracy rises with every added dem
 claim("eight_shot_far_above_chance", "At 8 shots the 2-layer model is right more than half the "
       "time, over 8 times chance (1/16).",
       lambda g: g["ch05_acc_8shot"] > 0.5)
-claim("close_to_copier", "At every number of shots the 2-layer model is within 0.05 of the ideal "
+claim("close_to_copier", "At every number of shots the 2-layer model is within 0.06 of the ideal "
       "copier.",
-      lambda g: g["ch05_copier_gap"] <= 0.05)
+      lambda g: g["ch05_copier_gap"] <= 0.06)
 
 # %% [markdown]
 # **The 1-layer control does not.** Trained the same way, the 1-layer
 # model reaches {glue:text}`ch05_acc_1l_8shot:.3f` at 8 shots,
 # {glue:text}`ch05_acc1_minus_control:.2f` below the 2-layer model. It is
-# above chance (1/16), near the counting level of 1/8, because one layer can
+# above chance (1/16) and below 0.3 in every run, because one layer can
 # count: a label already shown is
 # likelier than one not shown, and a head that attends to the labels of
-# the context and raises their logits can get that much. What it cannot do is
+# the context and raises their logits gets about the counting level of 1/8.
+# What it cannot do is
 # match "the position after an earlier copy of the query letter", so its
-# curve stays near that counting level from one shot on. Along the context (right panel) the
+# curve stays flat from one shot on. Along the context (right panel) the
 # 2-layer model's loss on a label falls from
 # {glue:text}`ch05_loss_pair2:.2f` nats at the 2nd pair to
 # {glue:text}`ch05_loss_pair16:.2f` at the 16th, an in-context learning
@@ -1130,11 +1131,10 @@ claim("close_to_copier", "At every number of shots the 2-layer model is within 0
 from attnkit.claims import claim
 
 claim("beats_one_layer", "At 8 shots the 2-layer model beats the 1-layer control by more than "
-      "0.4.",
-      lambda g: g["ch05_acc_8shot"] - g["ch05_acc_1l_8shot"] > 0.4)
-claim("one_layer_counts", "The 1-layer control is above chance (1/16) and below 3/16 at 8 "
-      "shots: near the counting level of 1/8.",
-      lambda g: 1 / 16 < g["ch05_acc_1l_8shot"] < 3 / 16)
+      "0.3.",
+      lambda g: g["ch05_acc_8shot"] - g["ch05_acc_1l_8shot"] > 0.3)
+claim("one_layer_counts", "At 8 shots the 1-layer control is above chance (1/16) and below 0.3.",
+      lambda g: 1 / 16 < g["ch05_acc_1l_8shot"] < 0.3)
 claim("one_layer_no_icl_score", "The 1-layer control's in-context learning score stays above "
       "-0.3 nats, the 2-layer model's falls below -1.",
       lambda g: g["ch05_icl_score_1l"] > -0.3 and g["ch05_icl_score"] < -1)
@@ -1225,8 +1225,9 @@ plt.show()
 # layer 2: it shows that the model needs its second layer, not
 # which of its heads. The selective test is in layer 1, the previous-token
 # head against another layer-1 head. Zeroing the one previous-token head
-# drops it to {glue:text}`ch05_abl_prev:.3f`: the induction heads find
-# nothing to match without it. Zeroing another
+# drops it to {glue:text}`ch05_abl_prev:.3f`. In most runs it costs at
+# least a third of the accuracy: the induction heads find little to match
+# without it. Zeroing another
 # layer-1 head, head {glue:text}`ch05_other_head:.0f`, leaves
 # {glue:text}`ch05_abl_other:.3f`.
 
@@ -1236,9 +1237,9 @@ from attnkit.claims import claim
 claim("induction_heads_needed", "Layer 2 has at least one head with prefix matching above 0.5, "
       "and zeroing all such heads drops 8-shot accuracy below 0.25.",
       lambda g: g["ch05_n_induction"] >= 1 and g["ch05_abl_induction"] < 0.25)
-claim("prev_token_head_needed", "Zeroing layer 1's previous-token head drops 8-shot accuracy "
-      "below 0.25.",
-      lambda g: g["ch05_abl_prev"] < 0.25)
+claim("prev_token_head_needed", "In most runs (at least 6 in 10) zeroing layer 1's previous-token "
+      "head costs at least a third of the 8-shot accuracy.",
+      lambda g: g["ch05_abl_prev"] < 2 / 3 * g["ch05_acc_8shot"], at_least=0.6)
 claim("other_head_not_needed", "Zeroing another layer-1 head leaves 8-shot accuracy within 0.05 "
       "of the intact model's.",
       lambda g: g["ch05_abl_other"] >= g["ch05_acc_8shot"] - 0.05)
@@ -1437,9 +1438,10 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 #   accuracy rises with every demonstration, to about an ideal copier's,
 #   after a switch during training (abrupt in this page's run). It does it with an induction
 #   circuit: a previous-token head in layer 1 and (redundant) induction
-#   heads in layer 2, found by their prefix-matching scores; zeroing the
-#   previous-token head, or all the induction heads (in most runs all of
-#   layer 2), removes it. One layer
+#   heads in layer 2, found by their prefix-matching scores; zeroing all
+#   the induction heads (in most runs all of layer 2) removes it, and
+#   zeroing the previous-token head costs at least a third of it in most
+#   runs. One layer
 #   cannot: the control only counts which labels its context holds. On the
 #   few-shot task alone, the same model stayed at counting or partial
 #   copying for 1,500 steps in earlier runs: full copying needs both heads

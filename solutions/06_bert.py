@@ -1562,7 +1562,8 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # below how often they fill a `[MASK]`
 # ({glue:text}`ch06_mlm_acc_801010:.1f`% and
 # {glue:text}`ch06_mlm_acc_allmask:.1f`%): they do correct replaced tokens
-# from the context, if less often than they fill a `[MASK]`. For the
+# from the context, if less often than they fill a `[MASK]` (the
+# 80/10/10 head in every run, the 100%-`[MASK]` head in most). For the
 # 100%-`[MASK]` head the two rates are
 # {glue:text}`ch06_allmask_mask_minus_replaced:.1f` points apart in this
 # run, where the standard error of that difference is about
@@ -1572,14 +1573,15 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # independent); over the check they are less than a point apart in some
 # runs and never more than 4 (claims below). Every run of a solution is
 # scored on these same positions, so that the replaced-token rate is the
-# lower one in every run of the check (claim below) does not average that
+# lower one in most runs of the check (claim below) does not average that
 # noise away. In this run
 # (measured on the page, not over the runs of the check) the 80/10/10
 # head answers the random word itself at
 # {glue:text}`ch06_probe_echo_801010:.1f`% of the replaced tokens: it
 # partly trusts its input. The 100%-`[MASK]` head, trained only at
 # `[MASK]`, answers it at {glue:text}`ch06_probe_echo_allmask:.1f`% and
-# still corrects a replaced token less often than it fills a `[MASK]`; an
+# in most runs still corrects a replaced token less often than it fills a
+# `[MASK]`; an
 # echo rate that low is of the size of that gap, so this page does not say
 # how much of the gap, if any, trust in the input explains for it.
 
@@ -1606,10 +1608,12 @@ claim("allmask_replaced_within_4_of_mask", "The 100%-[MASK] head's rates at a [M
 claim("allmask_replaced_near_mask", "In some runs (at least 1 in 10) the 100%-[MASK] head's "
       "rates at a replaced token and at a [MASK] are less than a point apart.",
       lambda g: g["ch06_mlm_acc_allmask"] - g["ch06_probe_replaced_allmask"] < 1, at_least=0.1)
-claim("replaced_below_mask", "Both heads name the original word less often at a replaced token "
-      "than at a [MASK].",
-      lambda g: g["ch06_probe_replaced_801010"] < g["ch06_mlm_acc_801010"]
-      and g["ch06_probe_replaced_allmask"] < g["ch06_mlm_acc_allmask"])
+claim("replaced_below_mask", "The 80/10/10 head names the original word less often at a replaced "
+      "token than at a [MASK].",
+      lambda g: g["ch06_probe_replaced_801010"] < g["ch06_mlm_acc_801010"])
+claim("allmask_replaced_below_mask", "In most runs (at least 8 in 10) the 100%-[MASK] head names the "
+      "original word less often at a replaced token than at a [MASK].",
+      lambda g: g["ch06_probe_replaced_allmask"] < g["ch06_mlm_acc_allmask"], at_least=0.8)
 
 # %% [markdown]
 # **What the representation loses: the tagging features.** The
@@ -1636,8 +1640,10 @@ claim("replaced_below_mask", "Both heads name the original word less often at a 
 # ({glue:text}`ch06_am_last_minus_emb_lo:.1f` to
 # {glue:text}`ch06_am_last_minus_emb_hi:.1f`), and
 # {glue:text}`ch06_am_rows_below_emb` of its 5 contextual rows score below
-# its embeddings. Its encoder does not just fail to add the context: it
-# blurs the name's own type, which the embeddings knew. The 80/10/10
+# its embeddings. In most runs of the check its last layer is below its
+# embeddings with an interval below 0 (claim below): its encoder does not
+# just fail to add the context, it blurs the name's own type, which the
+# embeddings knew. The 80/10/10
 # model's last layer falls below its embeddings too in some runs (the
 # feature table's spread above), but in every run of the check the
 # 100%-`[MASK]` model's falls further (claim below; in some runs by less
@@ -1668,9 +1674,9 @@ claim("rule_helps_features_interval", "In most runs (at least 8 in 10) the 95% i
 claim("concat_gap_unsure", "In some runs (at least 2 in 10) the 95% interval of the gap on the "
       "concatenation of the last four layers does not lie above 0.",
       lambda g: g["ch06_gap_concat_lo"] <= 0, at_least=0.2)
-claim("allmask_below_own_embeddings", "The 100%-[MASK] model's last layer scores below its own "
-      "embeddings, with a 95% interval below 0.",
-      lambda g: g["ch06_am_last_minus_emb_hi"] < 0)
+claim("allmask_below_own_embeddings", "In most runs (at least 8 in 10) the 100%-[MASK] model's last "
+      "layer scores below its own embeddings, with a 95% interval below 0.",
+      lambda g: g["ch06_am_last_minus_emb_hi"] < 0, at_least=0.8)
 claim("allmask_falls_further", "The 100%-[MASK] model's last layer falls further below its "
       "embeddings than the 80/10/10 model's falls below (or rises above) its own.",
       lambda g: g["ch06_am_last_minus_emb"] < g["ch06_last_minus_emb"])
@@ -1700,8 +1706,8 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 #   tiny runs a model trained with 100% `[MASK]` still holds the identity of
 #   a real token (a linear probe reads it), but its MLM head does not name
 #   it, and its frozen features lose what the embeddings knew about the
-#   token: its last layer tags worse than its own embeddings (with a 95%
-#   interval below 0 in every run of the check). The 80/10/10 model's last
+#   token: in most runs of the check its last layer tags worse than its
+#   own embeddings, with a 95% interval below 0. The 80/10/10 model's last
 #   layer falls less far below its own embeddings, or rises above them, and
 #   tags better than the 100%-`[MASK]` model's in every run (in most with an
 #   interval above 0).

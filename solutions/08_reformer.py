@@ -1651,13 +1651,12 @@ _ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
 # depends on the trained model (the table below): with one round, in 8 of
 # 10 runs of each solution the second layer pairs the query with that key
 # more often than independent uniform buckets would, in the others less
-# often (so, by the control, likely below the chance level), and in no run
-# in more than 0.55 of cases. So hashing likely
+# often (so, by the control, likely below the chance level). The rate moves
+# widely with the seed, from about a quarter of cases to about three
+# quarters (the table's range). So hashing likely
 # carries the query somewhat towards the key it must copy (the control
-# against other keys is measured on this page's model only), but with one
-# round it misses that key
-# about half of the time or more, and more rounds raise the rate as they
-# would for random buckets. In the variant taught here a query also reads
+# against other keys is measured on this page's model only), by an amount
+# that this experiment does not pin down. In the variant taught here a query also reads
 # every key of its window, bucket or not, so these counts do not show that
 # the model reads the answer through a shared bucket. Which keys the layers
 # do pair, and what the model needs, is exercise 8.
@@ -1667,9 +1666,6 @@ claim("answer_key_above_chance", "With one round, the second layer puts the key 
       "in the query's bucket more often than independent random buckets would (0.25), in at least "
       "8 of 10 runs of each solution.",
       lambda g: g["ch08_key_bucket_1"] > 0.25, at_least=0.8)
-claim("answer_key_one_round", "With one round, the second layer puts the key holding the answer in "
-      "the query's bucket in at most 0.55 of cases.",
-      lambda g: g["ch08_key_bucket_1"] <= 0.55)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({**{f"ch08_key_bucket_{r}": f"layer 2, {r} round(s)" for r in ROUNDS},

@@ -104,10 +104,18 @@ def test_a_claim_that_holds_in_most_runs_needs_its_fraction():
 
 
 @pytest.mark.parametrize("chapter", claims.claims_chapters())
-def test_each_chapters_record_is_current_and_its_claims_hold(chapter):
-    """The committed tests/claims/NN_name.json matches the chapter's code, and every claim holds on it
-    (`python -m course claims NN` re-runs and re-checks)."""
+def test_each_chapters_record_matches_its_code(chapter):
+    """The committed tests/claims/NN_name.json matches the chapter's code (its hash: the claims
+    tooling, the prose and the claims are not in it)."""
     assert not claims.stale(chapter), f"run `python -m course claims {chapter}` and commit tests/claims/"
+
+
+@pytest.mark.parametrize("chapter", claims.claims_chapters())
+def test_each_chapters_claims_hold_on_its_worded_and_held_out_runs(chapter):
+    """Every claim holds on the runs it was worded on and is confirmed on the held-out seeds
+    (`python -m course claims NN` runs what is missing and re-checks)."""
+    assert not claims.stale_confirmation(chapter), \
+        f"the held-out runs are missing: run `python -m course claims {chapter}` and commit tests/claims/"
     assert not claims.check(chapter, claims.load(chapter))
 
 
@@ -148,3 +156,162 @@ def test_the_page_reads_a_some_runs_claim_without_calling_this_run_a_failure(mon
     assert "This run: not one of them." in shown[0] and "✗" not in shown[0]
     assert "This run: ✗ does not hold." in shown[1]
     assert "This run: ✗ figure 'y' not measured." in shown[2]
+
+
+# ---------------------------------------------------------------- held-out seeds
+def _bound_broken_only_by_held_out(record: dict) -> str:
+    """A claim fitted to the worded runs: the mean is one of theirs (no held-out seed gives one of them)."""
+    worded = sorted({round(r["figures"]["toy_mean"], 6) for r in registry.record_runs(record)})
+    assert not {round(r["figures"]["toy_mean"], 6) for r in registry.confirmation_runs(record)} & set(worded)
+    return f'''
+# %% tags=["skip-grading", "hide-input"]
+claim("toy_mean_in_range", "The mean is one the worded runs gave.", lambda g: round(g["toy_mean"], 6) in {worded!r})
+'''
+
+
+def test_the_record_keeps_the_worded_runs_and_the_held_out_ones(first_run, toy, capsys):
+    """Seeds 0-4 on every (implementation, threads), then 5 held-out seeds, one run each, rotating."""
+    record = json.loads((claims.RECORDS / f"{TOY}.json").read_text())
+    held = registry.confirmation_runs(record)
+    assert sorted((r["seed"], r["implementation"], r["threads"]) for r in held) == [
+        (5 + k, impl, t) for k, (impl, t) in enumerate(claims.ROTATION)]
+    assert record["confirmation"]["held_out"] == [5, 6, 7, 8, 9] and not registry.seen_runs(record)
+    assert claims.main([TOY]) == 0
+    out = capsys.readouterr().out
+    assert "worded on 20 runs (seeds 0-4), confirmed on 5 held-out runs (seeds 5-9)" in out
+    assert "ok   toy_std_near_two: 10/10 reference, 10/10 alternative (needed 100%); held-out 5/5" in out
+
+
+def test_a_claim_that_fails_on_held_out_seeds_fails_the_check(toy, capsys):
+    record = claims.load(TOY)
+    toy.write_text(toy.read_text() + _bound_broken_only_by_held_out(record))
+    assert claims.main([TOY]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL toy_mean_in_range: 10/10 reference, 10/10 alternative" in out, "it holds on the worded runs"
+    assert "is not confirmed on the held-out seeds" in out and " ran " not in out
+    c = claims.claims_of(TOY)["toy_mean_in_range"]
+    shown = registry.badge(c, registry.record_runs(record), registry.confirmation_runs(record))
+    assert "✓ 10 of 10 reference runs" in shown and "✗ Not confirmed on 5 held-out seeds" in shown
+
+
+def test_a_new_round_runs_only_its_seeds_and_the_old_round_is_no_longer_held_out(toy, monkeypatch, capsys):
+    """A claim reworded after reading round 1 has seen seeds 5-9: round 2 holds out seeds 10-14."""
+    toy.write_text(toy.read_text() + _bound_broken_only_by_held_out(claims.load(TOY)))
+    monkeypatch.setitem(claims.ROUNDS, TOY, 2)
+    assert claims.stale_confirmation(TOY) == ["reference", "alternative"] and not claims.stale(TOY)
+    assert claims.main([TOY]) == 1
+    out = capsys.readouterr().out
+    ran = [line for line in out.splitlines() if line.startswith(f"{TOY} ") and "seed" in line]
+    assert sorted(int(line.split("seed ")[1].split(",")[0]) for line in ran) == [10, 11, 12, 13, 14]
+    assert "and 5 runs of an earlier round (seeds 5-9), confirmed on 5 held-out runs (seeds 10-14)" in out
+    assert "fails on the seen seeds 5-9" in out, "a claim must hold on every run its wording saw"
+    record = claims.load(TOY)
+    assert sorted(r["seed"] for r in registry.confirmation_runs(record)) == [10, 11, 12, 13, 14]
+    assert sorted(r["seed"] for r in registry.seen_runs(record)) == [5, 6, 7, 8, 9]
+    c = claims.claims_of(TOY)["toy_std_near_two"]
+    shown = registry.badge(c, registry.record_runs(record), registry.confirmation_runs(record),
+                           registry.seen_runs(record))
+    assert "Its wording also saw seeds 5-9: ✓ 5 of 5 runs." in shown and "Confirmed on 5 held-out seeds" in shown
+
+
+def test_held_out_seeds_are_never_worded_seeds(toy, monkeypatch):
+    """A plan that reaches back into the worded seeds is refused, not silently run."""
+    monkeypatch.setattr(claims, "ROTATION", (("reference", 1),) * 5)
+    monkeypatch.setitem(claims.ROUNDS, TOY, 0)
+    with pytest.raises(RuntimeError, match="worded seeds"):
+        claims._run(TOY, "reference", None, [(3, 1)])
+
+
+def test_the_badge_says_whether_a_claim_is_confirmed():
+    c = registry.Claim("c", "x > 0", lambda g: g["x"] > 0)
+    worded = [{"implementation": i, "seed": s, "threads": 1, "figures": {"x": 1.0 + s}}
+              for i in ("reference", "alternative") for s in range(5)]
+    held = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": 1.0}} for s in range(5, 10)]
+    assert "✓ Confirmed on 5 held-out seeds (5 of 5 runs)." in registry.badge(c, worded, held)
+    assert "Not yet confirmed on held-out seeds." in registry.badge(c, worded, [])
+    held[2]["figures"]["x"] = -1.0
+    assert "✗ Not confirmed on 5 held-out seeds: holds in 4 of 5 runs." in registry.badge(c, worded, held)
+
+
+# ---------------------------------------------------------------- margin against spread; identical alternatives
+def test_the_slack_of_each_inequality_is_measured():
+    fns = dict(claims.slack_functions(
+        'import math\n'
+        'claim("a", "t", lambda g: g["x"] >= 1 and all(g[f"y{i}"] < 2 for i in range(2)) and g["n"] == 3)\n'
+        'claim("b", "t", lambda g: math.fabs(g["x"]) <= g["z"], at_least=0.8)\n'))
+    g = {"x": 1.5, "y0": 0.5, "y1": 1.75, "n": 3, "z": 4.0}
+    assert [f(g) for _, f in fns["a"]] == [0.5, 0.25], "x - 1, and the smaller of 2 - y_i; == has no slack"
+    assert [f(g) for _, f in fns["b"]] == [2.5]
+
+
+def test_a_claim_whose_margin_is_below_the_spread_is_reported_fragile(toy, capsys):
+    stds = [r["figures"]["toy_std"] for r in registry.record_runs(claims.load(TOY))]
+    toy.write_text(toy.read_text() + f'''
+# %% tags=["skip-grading", "hide-input"]
+claim("toy_std_tight", "The standard deviation is at least its smallest value so far.",
+      lambda g: g["toy_std"] >= {min(stds) - 1e-4!r})
+''')
+    edges = claims.margins(TOY, registry.record_runs(claims.load(TOY)))
+    assert edges["toy_std_tight"]["fragile"] and abs(edges["toy_std_tight"]["margin"] - 1e-4) < 1e-9
+    assert abs(edges["toy_std_tight"]["spread"] - (max(stds) - min(stds))) < 1e-9
+    assert not edges["toy_std_near_two"]["fragile"]
+    claims.main([TOY])
+    out = capsys.readouterr().out
+    assert "FRAGILE" in next(line for line in out.splitlines() if "toy_std_tight" in line)
+    assert "FRAGILE" not in next(line for line in out.splitlines() if "toy_std_near_two" in line)
+
+
+def test_margin_of_a_claim_about_most_runs_is_read_at_its_fraction(toy):
+    """For at_least=0.8 over 10 runs, the run that decides is the 8th best."""
+    toy.write_text(toy.read_text() + '''
+# %% tags=["skip-grading", "hide-input"]
+claim("toy_most", "In most runs x >= 0.", lambda g: g["x"] >= 0, at_least=0.8)
+''')
+    runs = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": float(s) - 2}}
+            for s in range(10)]
+    m = claims.margins(TOY, runs)["toy_most"]
+    assert m["margin"] == 0.0 and m["spread"] == 9.0 and m["fragile"]
+
+
+def test_an_alternative_with_the_references_bits_is_no_independent_check(toy):
+    record = claims.load(TOY)
+    runs = registry.record_runs(record)
+    c = claims.claims_of(TOY)["toy_std_near_two"]
+    assert registry.figures_read(c, runs) == {"toy_std"}
+    assert registry.identical_alternative({"toy_std"}, runs), "torch.add(x, x) gives x * 2's bits"
+    assert "not an independent check" in registry.badge(c, runs, registry.confirmation_runs(record))
+    moved = [{**r, "figures": {"toy_std": r["figures"]["toy_std"] + (r["implementation"] == "alternative") * 1e-7}}
+             for r in runs]
+    assert not registry.identical_alternative({"toy_std"}, moved)
+    assert "not an independent check" not in registry.badge(c, moved, [])
+
+
+def test_a_rate_below_one_held_out_run_is_tested_with_the_worded_runs():
+    """'In some runs (at least 1 in 10)' cannot fail on 5 held-out runs alone: they are pooled."""
+    c = registry.Claim("c", "In some runs x > 0.", lambda g: g["x"] > 0, at_least=0.1)
+    worded = [{"implementation": "reference", "seed": s, "threads": t, "figures": {"x": float(s == 0)}}
+              for s in range(5) for t in (1, 2)] * 2
+    held = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": 0.0}} for s in range(5, 10)]
+    v = registry.confirmed(c, held, worded)
+    assert v["pooled"] and v["ok"] and (v["held"], v["total"]) == (4, 25)
+    assert not registry.confirmed(c, held, worded[1:10])["ok"], "1 of 14 runs holds: fewer than 1 in 10"
+    assert "with the worded ones" in registry.badge(c, worded, held)
+    strict = registry.Claim("c", "In most runs x > 0.", lambda g: g["x"] > 0, at_least=0.8)
+    assert not registry.confirmed(strict, held, worded)["pooled"]
+
+
+def test_the_spread_table_ranges_over_the_held_out_runs_too(first_run, toy, monkeypatch):
+    """A figure's range on the page includes the held-out seeds (a reviewer read a range of 20 runs
+    that the sixth seed left)."""
+    shown = []
+    record = claims.load(TOY)
+    monkeypatch.setattr(registry, "_show_markdown", shown.append)
+    monkeypatch.setattr(registry, "load_record", lambda chapter: record)
+    monkeypatch.setattr(registry, "CHAPTER", [TOY])
+    monkeypatch.setattr(registry, "THIS_RUN", {})
+    registry.spread(["toy_std"], digits=4)
+    worded = [r["figures"]["toy_std"] for r in registry.record_runs(record)]
+    every = worded + [r["figures"]["toy_std"] for r in registry.confirmation_runs(record)]
+    assert min(every) < min(worded), "seed 5-9 leave the worded range (the test needs it)"
+    assert f"{min(every):.4f} - {max(every):.4f}" in shown[0]
+    assert "Over 20 runs of the claims check" in shown[0] and "5 runs on the later seeds 5-9" in shown[0]
