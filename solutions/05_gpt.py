@@ -1609,8 +1609,11 @@ plt.show()
 # ({glue:text}`ch05_real_long_wall:.0f` s of wall time on a shared machine)
 # for {glue:text}`ch05_real_long_steps:.0f` steps and reached
 # {glue:text}`ch05_real_long:.3f` (perplexity
-# {glue:text}`ch05_real_ppl_long:.2f`). Its loss was still falling when it
-# stopped. Here is what each writes, from the same prompt, seed and
+# {glue:text}`ch05_real_ppl_long:.2f`), level with the 5-gram in this run.
+# Its loss was still falling when it stopped. The samples of both runs
+# have the corpus's layout: paragraphs, indented lines and tables. The
+# longer run spells most words right, and its sentences do not mean
+# anything. Here is what each writes, from the same prompt, seed and
 # temperature 0.8.
 #
 # Your `generate` needs the prompt and the new text to fit the context of
