@@ -1422,7 +1422,318 @@ print(f"cache after 509 positions: {cache_mib:.2f} MiB "
 # (GPT-3) full-length sequences the caches outweigh the weights: in
 # batched serving it is the cache that limits the batch size and the
 # context length.
+
+# %% [markdown]
+# ### The GPT on real text
 #
+# Until here the chapter's `GPT` class ran only on toy tokens. Now it
+# learns English. The text is the course's prose corpus
+# (`corpora.prose_text`, described in `docs/DATA.md`): the documentation
+# that Python's standard library ships, 1.7 million characters to train
+# on. We model it **character by character**. A character vocabulary
+# needs no tokenizer, every validation character has an id, and the
+# baselines are exact n-gram counts over the same units. A subword model
+# would see more text per step, but its loss would be per subword, and the
+# page's comparison with the n-gram models would need a conversion.
+#
+# The model is your `GPT` with 3 layers, $d = 128$, 4 heads, $d_{ff} =
+# 512$ and a context of 64 characters, initialised by `gpt_init_`. It is
+# trained with AdamW (betas 0.9 and 0.95, weight decay 0.1 on every
+# weight), a learning rate of $5 \times 10^{-3}$ with 50 warm-up steps and
+# a cosine decay to a tenth, gradients clipped at norm 1, on batches of 32
+# random windows of the training text, seeded 0, on 2 threads. Training
+# runs on whatever `OMP_WAIT_POLICY` the environment sets: on a shared
+# machine, `OMP_WAIT_POLICY=PASSIVE` stops idle threads from spinning.
+# The validation loss is the cross-entropy in nats per character on the
+# first 50,000 characters of the validation split, cut into windows of
+# 64, so a prediction sees 0 to 63 earlier characters.
+#
+# The same function trains twice. Your short run, below, takes
+# about two CPU-minutes. The longer run, declared with `@checkpoint`, was
+# trained by `python -m course checkpoints 05_gpt` with the same code and
+# committed (float16 weights); the page loads it.
+
+# %% tags=["skip-grading"]
+import time
+
+from attnkit import corpora
+from attnkit.checkpoints import checkpoint
+
+TRAIN_TEXT, VALID_TEXT = corpora.prose_text("train"), corpora.prose_text("valid")
+CHARS = sorted(set(TRAIN_TEXT)) + ["\ufffd"]   # the training text's characters, then "unknown"
+CHAR_ID = {c: i for i, c in enumerate(CHARS)}
+CONTEXT, N_VALID = 64, 50_000
+
+
+def encode(text: str) -> torch.Tensor:
+    """str -> (len,) long; a character the training text lacks gets the last id."""
+    return torch.tensor([CHAR_ID.get(c, len(CHARS) - 1) for c in text])
+
+
+def decode(ids) -> str:
+    return "".join(CHARS[int(i)] for i in ids)
+
+
+TRAIN_IDS, VALID_IDS = encode(TRAIN_TEXT), encode(VALID_TEXT[:N_VALID])
+
+
+def build() -> nn.Module:
+    return gpt_init_(GPT(len(CHARS), d_model=128, n_heads=4, d_ff=512, n_layers=3, max_len=CONTEXT))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module) -> dict:
+    """Validation cross-entropy (nats per character) on windows of CONTEXT characters."""
+    device = next(model.parameters()).device
+    n = (len(VALID_IDS) - 1) // CONTEXT
+    x = VALID_IDS[:n * CONTEXT].view(n, CONTEXT).to(device)           # (n, T)
+    y = VALID_IDS[1:n * CONTEXT + 1].view(n, CONTEXT).to(device)      # (n, T)
+    total = sum(F.cross_entropy(model(x[i:i + 128])[0].flatten(0, 1), y[i:i + 128].flatten(),
+                                reduction="sum").item() for i in range(0, n, 128))
+    return {"ch05_val_loss": total / (n * CONTEXT)}
+
+
+@checkpoint("05_gpt", build=build, evaluate=evaluate, steps=5000)
+def char_gpt(model: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 5e-3,
+             threads: int = 2, report: int = 250) -> list[dict]:
+    """Train `model` on random windows of the training text; the log every `report` steps."""
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    log, cpu0 = [], time.process_time()
+    for step in range(1, steps + 1):
+        warm, decay = min(1.0, step / 50), 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in opt.param_groups:
+            group["lr"] = lr * warm * (0.1 + 0.9 * decay)
+        starts = torch.randint(0, len(TRAIN_IDS) - CONTEXT - 1, (batch,), generator=gen)
+        x = torch.stack([TRAIN_IDS[s:s + CONTEXT] for s in starts]).to(device)          # (B, T)
+        y = torch.stack([TRAIN_IDS[s + 1:s + CONTEXT + 1] for s in starts]).to(device)  # (B, T)
+        model.train()
+        loss = F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % report == 0 or step == steps:
+            val = evaluate(model.eval())["ch05_val_loss"]
+            log.append({"step": step, "loss": round(loss.item(), 4), "val_loss": round(val, 4),
+                        "cpu_s": round(time.process_time() - cpu0, 1)})
+    return log
+
+# %% tags=["skip-grading", "hide-input"]
+from collections import Counter
+
+torch.manual_seed(0)
+short_gpt = build()
+_cpu0 = time.process_time()
+short_log = char_gpt(short_gpt, steps=1000, device=torch.device("cpu"))   # your short run
+short_cpu = time.process_time() - _cpu0
+long_gpt, long_record = char_gpt.load(), char_gpt.record()
+torch.set_num_threads(2)
+
+
+def kneser_ney(text: str, n: int, discount: float = 0.75):
+    """Interpolated Kneser-Ney character n-gram model: prob(context, char) -> probability.
+
+    The highest order uses counts, lower orders continuation counts (how many distinct
+    characters precede), each interpolated down to the uniform distribution over CHARS."""
+    counts = [None] * (n + 1)
+    counts[n] = Counter(text[i:i + n] for i in range(len(text) - n + 1))
+    for k in range(n - 1, 0, -1):
+        counts[k] = Counter(g[1:] for g in counts[k + 1])
+    totals, types = [Counter() for _ in range(n + 1)], [Counter() for _ in range(n + 1)]
+    for k in range(1, n + 1):
+        for g, c in counts[k].items():
+            totals[k][g[:-1]] += c
+            types[k][g[:-1]] += 1
+
+    def prob(context: str, ch: str) -> float:
+        p = 1.0 / len(CHARS)
+        for k in range(1, n + 1):
+            h = context[len(context) - k + 1:] if k > 1 else ""
+            if len(h) != k - 1 or totals[k][h] == 0:
+                break
+            p = (max(counts[k][h + ch] - discount, 0) + discount * types[k][h] * p) / totals[k][h]
+        return p
+    return prob
+
+
+VALID_STR = decode(VALID_IDS)
+uni = Counter(TRAIN_TEXT)
+baselines = {"unigram (add-one)": -sum(math.log((uni[c] + 1) / (len(TRAIN_TEXT) + len(CHARS)))
+                                       for c in VALID_STR[1:]) / (len(VALID_STR) - 1)}
+for n in (3, 5):
+    p = kneser_ney(TRAIN_TEXT, n)
+    baselines[f"Kneser-Ney {n}-gram"] = -sum(math.log(p(VALID_STR[max(0, i - n + 1):i], VALID_STR[i]))
+                                            for i in range(1, len(VALID_STR))) / (len(VALID_STR) - 1)
+rows = {**baselines, "GPT, short run": evaluate(short_gpt)["ch05_val_loss"],
+        "GPT, longer run": long_record["metrics"]["ch05_val_loss"]}
+for name, loss in rows.items():
+    print(f"{name:20s} {loss:.3f} nats/char, perplexity {math.exp(loss):5.2f}")
+glue("ch05_real_unigram", baselines["unigram (add-one)"])
+glue("ch05_real_kn3", baselines["Kneser-Ney 3-gram"])
+glue("ch05_real_kn5", baselines["Kneser-Ney 5-gram"])
+glue("ch05_real_ppl_kn5", math.exp(baselines["Kneser-Ney 5-gram"]))
+glue("ch05_real_short", rows["GPT, short run"])
+glue("ch05_real_ppl_short", math.exp(rows["GPT, short run"]))
+glue("ch05_real_long", rows["GPT, longer run"])
+glue("ch05_real_ppl_long", math.exp(rows["GPT, longer run"]))
+glue("ch05_real_short_cpu", short_cpu)
+glue("ch05_real_long_cpu", long_record["log"][-1]["cpu_s"])
+glue("ch05_real_long_wall", long_record["seconds"])
+glue("ch05_real_short_steps", short_log[-1]["step"])
+glue("ch05_real_long_steps", long_record["log"][-1]["step"])
+glue("ch05_real_params", sum(p.numel() for p in short_gpt.parameters()))
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
+    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".", label=f"GPT, {name}")
+for (name, loss), style in zip(baselines.items(), (":", "--", "-.")):
+    ax.axhline(loss, color="gray", linestyle=style, label=name)
+ax.set_xlabel("CPU seconds of training")
+ax.set_ylabel("validation nats per character")
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# A unigram model, add-one smoothed, scores
+# {glue:text}`ch05_real_unigram:.2f` nats per character. Interpolated
+# Kneser-Ney (discount 0.75) scores {glue:text}`ch05_real_kn3:.2f` with 3
+# characters and {glue:text}`ch05_real_kn5:.3f` with 5 (perplexity
+# {glue:text}`ch05_real_ppl_kn5:.2f`). The GPT has
+# {glue:text}`ch05_real_params:,.0f` parameters. In this run the short run
+# took {glue:text}`ch05_real_short_cpu:.0f` CPU-seconds for
+# {glue:text}`ch05_real_short_steps:.0f` steps and reached
+# {glue:text}`ch05_real_short:.3f` (perplexity
+# {glue:text}`ch05_real_ppl_short:.2f`): below the 3-gram, above the 5-gram.
+# The longer run took {glue:text}`ch05_real_long_cpu:.0f` CPU-seconds
+# ({glue:text}`ch05_real_long_wall:.0f` s of wall time on a shared machine)
+# for {glue:text}`ch05_real_long_steps:.0f` steps and reached
+# {glue:text}`ch05_real_long:.3f` (perplexity
+# {glue:text}`ch05_real_ppl_long:.2f`), level with the 5-gram in this run.
+# Its loss was still falling when it stopped. The samples of both runs
+# have the corpus's layout: paragraphs, indented lines and tables. The
+# longer run spells most words right, and its sentences do not mean
+# anything. Here is what each writes, from the same prompt, seed and
+# temperature 0.8.
+#
+# Your `generate` needs the prompt and the new text to fit the context of
+# 64 characters. The given `write` calls it in chunks: it keeps the last 32
+# characters as the prompt and asks for 32 more, so every character is
+# chosen with 32 to 63 characters of context.
+
+# %% tags=["skip-grading", "hide-input"]
+def write(model: nn.Module, prompts: list[str], n_chars: int, seed: int = 0, **sampling) -> list[str]:
+    """Continue each prompt by n_chars characters, with your `generate`, 32 at a time."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.stack([encode(p[-32:]) for p in prompts])                 # (B, 32)
+    out = ids
+    while out.shape[1] - ids.shape[1] < n_chars:
+        out = torch.cat([out, generate(model, out[:, -32:], 32, generator=gen, **sampling)[:, 32:]], 1)
+    return [decode(row[32:32 + n_chars]) for row in out]
+
+
+PROMPT = "The return value of the function "
+for name, model in (("short run", short_gpt), ("longer run", long_gpt)):
+    print(f"--- {name}, temperature 0.8:\n{PROMPT}{write(model, [PROMPT], 300, temperature=0.8)[0]}\n")
+
+# %% [markdown]
+# ### Sampling from the trained model
+#
+# The longer run now writes with each decoding rule. Eight prompts, 32
+# characters each from the validation text, are continued by 320
+# characters with every rule. Two numbers describe each rule. The
+# **distinct-2 rate** is the fraction of the word pairs that are distinct:
+# 1 means no pair repeats, a loop drives it down. The **model's
+# likelihood** is the mean log-probability, in nats per character, that the
+# model itself (at temperature 1) gives the characters it wrote. The last
+# row is the validation text that follows the same prompts.
+
+# %% tags=["skip-grading", "hide-input"]
+def distinct2(text: str) -> float:
+    """The fraction of distinct word pairs among all word pairs of text."""
+    words = text.split()
+    pairs = list(zip(words, words[1:]))
+    return len(set(pairs)) / max(1, len(pairs))
+
+
+@torch.no_grad()
+def own_loglik(model: nn.Module, prompts: list[str], texts: list[str]) -> float:
+    """Mean log-probability per character of texts after prompts, with write's 32-63 context."""
+    ids = torch.stack([encode(p[-32:] + t) for p, t in zip(prompts, texts)])   # (B, 32 + n)
+    total, count = 0.0, 0
+    for s in range(32, ids.shape[1], 32):
+        window = ids[:, s - 32:s + 32]                                       # (B, <= 64)
+        logp = model(window[:, :-1])[0].log_softmax(-1)[:, 31:]              # (B, <= 32, V)
+        target = window[:, 32:]                                              # (B, <= 32)
+        total += logp.gather(-1, target[..., None]).sum().item()
+        count += target.numel()
+    return total / count
+
+
+starts = range(1000, 1000 + 8 * 5000, 5000)
+prompts = [VALID_STR[s - 32:s] for s in starts]
+rules = {"greedy": dict(temperature=0), "temperature 0.5": dict(temperature=0.5),
+         "temperature 0.8": dict(temperature=0.8), "temperature 1": dict(temperature=1.0),
+         "temperature 1.2": dict(temperature=1.2), "top-k, k=5": dict(top_k=5),
+         "top-p, p=0.5": dict(top_p=0.5), "top-p, p=0.8": dict(top_p=0.8),
+         "top-p, p=0.95": dict(top_p=0.95)}
+texts = {name: write(long_gpt, prompts, 320, **kw) for name, kw in rules.items()}
+texts["validation text"] = [VALID_STR[s:s + 320] for s in starts]
+sampling_rows = {name: (sum(map(distinct2, t)) / len(t), own_loglik(long_gpt, prompts, t))
+                 for name, t in texts.items()}
+print(f"{'rule':16s} {'distinct-2':>10s} {'model log-prob/char':>20s}")
+for name, (d2, ll) in sampling_rows.items():
+    print(f"{name:16s} {d2:10.3f} {ll:20.3f}")
+print(f"\n--- greedy:\n{prompts[0]}{texts['greedy'][0]}")
+print(f"\n--- top-p, p=0.8:\n{prompts[0]}{texts['top-p, p=0.8'][0]}")
+for name in ("greedy", "temperature 1", "top-p, p=0.8", "validation text"):
+    glue(f"ch05_real_d2_{name.split(',')[0].split()[0].replace('-', '')}", sampling_rows[name][0])
+    glue(f"ch05_real_ll_{name.split(',')[0].split()[0].replace('-', '')}", sampling_rows[name][1])
+glue("ch05_real_ll_t05", sampling_rows["temperature 0.5"][1])
+glue("ch05_real_d2_t05", sampling_rows["temperature 0.5"][0])
+glue("ch05_real_ll_t12", sampling_rows["temperature 1.2"][1])
+glue("ch05_real_d2_t12", sampling_rows["temperature 1.2"][0])
+
+# %% [markdown]
+# In this run greedy decoding's distinct-2 rate is
+# {glue:text}`ch05_real_d2_greedy:.2f`, against
+# {glue:text}`ch05_real_d2_validation:.2f` for the validation text: greedy
+# text falls into loops. The model finds its greedy text the most likely of
+# all ({glue:text}`ch05_real_ll_greedy:.2f` nats per character), and the
+# validation text much less likely ({glue:text}`ch05_real_ll_validation:.2f`).
+# As the temperature rises from 0.5 to 1.2, the distinct-2 rate goes from
+# {glue:text}`ch05_real_d2_t05:.2f` to {glue:text}`ch05_real_d2_t12:.2f`
+# and the likelihood falls from {glue:text}`ch05_real_ll_t05:.2f` to
+# {glue:text}`ch05_real_ll_t12:.2f`. Diversity is bought with likelihood,
+# and the table shows the same trade as $p$ moves. At temperature 1
+# the samples' likelihood is {glue:text}`ch05_real_ll_temperature:.2f`,
+# near the validation text's: sampling at temperature 1 writes text the
+# model finds as surprising as real text, as a calibrated model should.
+#
+# What does the nucleus keep? Two prompts end in the same sentence. After
+# "The return value of the functio" the next character is almost surely
+# "n". After "The return value of the " many words can follow.
+
+# %% tags=["skip-grading", "hide-input"]
+with torch.no_grad():
+    for key, text in (("sure", "The return value of the functio"), ("open", "The return value of the ")):
+        z = long_gpt(encode(text)[None])[0][0, -1]                         # (V,)
+        kept = filter_logits(z[None], top_p=0.9)[0] > -math.inf              # (V,)
+        glue(f"ch05_real_nucleus_{key}", int(kept.sum()))
+        glue(f"ch05_real_top_{key}", float(z.softmax(-1).max()))
+        print(f"{text!r}: top-p 0.9 keeps {int(kept.sum())} characters: "
+              f"{''.join(CHARS[i] for i in kept.nonzero().flatten())!r}")
+
+# %% [markdown]
+# On the sure prompt the most probable character has probability
+# {glue:text}`ch05_real_top_sure:.3f`, and the 0.9-nucleus keeps
+# {glue:text}`ch05_real_nucleus_sure:.0f` characters. On the open one the
+# most probable has {glue:text}`ch05_real_top_open:.3f`, and the nucleus
+# keeps {glue:text}`ch05_real_nucleus_open:.0f`. A fixed top-k keeps the
+# same number in both.
+
+# %% [markdown]
 # ## Summary
 #
 # * GPT is a Transformer decoder without cross-attention, pre-trained as a
