@@ -196,8 +196,21 @@ def reproduce(chapter: str, implementation: str = "reference") -> list[str]:
     return problems
 
 
+USAGE = """usage: python -m course checkpoints [NN ...] [--force] [--check]
+  trains each chapter's declared longer runs (@checkpoint) whose record is missing or stale
+  --force  train them all again
+  --check  train nothing; fail on a stale, missing or orphaned record, or over the size budget"""
+
+
 def main(args: list[str]) -> int:
     """`python -m course checkpoints [NN_name|NN ...] [--force] [--check]`."""
+    if {"-h", "--help"} & set(args):
+        print(USAGE)
+        return 0
+    unknown = [a for a in args if a.startswith("-") and a not in ("--force", "--check")]
+    if unknown:
+        print(f"checkpoints: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
+        return 2
     from attnkit.checkpoints import BUDGET_BYTES, committed_bytes
     from course.exercises import chapters
     started = time.monotonic()

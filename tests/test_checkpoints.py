@@ -173,3 +173,11 @@ def test_a_retrained_checkpoint_re_executes_the_page_that_loads_it(toy, monkeypa
     path = registry.DATA / TOY / "bigram_lm.json"
     path.write_text(path.read_text().replace('"seed": 0', '"seed": 1'))
     assert book.source_hash(TOY) != before
+
+
+def test_help_and_unknown_options_train_nothing(monkeypatch, capsys):
+    """Does `python -m course checkpoints --help` print its usage and train nothing (it used to train)?"""
+    import course.checkpoints as cp
+    monkeypatch.setattr(cp, "_train", lambda *a, **k: pytest.fail("trained"))
+    assert cp.main(["--help"]) == 0 and "usage" in capsys.readouterr().out
+    assert cp.main(["05", "--frce"]) == 2 and "unknown option --frce" in capsys.readouterr().err
