@@ -1564,8 +1564,9 @@ baselines = {"unigram (add-one)": -sum(math.log((uni[c] + 1) / (len(TRAIN_TEXT) 
                                        for c in VALID_STR[1:]) / (len(VALID_STR) - 1)}
 for n in (3, 5):
     p = kneser_ney(TRAIN_TEXT, n)
-    baselines[f"Kneser-Ney {n}-gram"] = -sum(math.log(p(VALID_STR[max(0, i - n + 1):i], VALID_STR[i]))
-                                            for i in range(1, len(VALID_STR))) / (len(VALID_STR) - 1)
+    nll = -sum(math.log(p(VALID_STR[max(0, i - n + 1):i], VALID_STR[i]))
+               for i in range(1, len(VALID_STR)))
+    baselines[f"Kneser-Ney {n}-gram"] = nll / (len(VALID_STR) - 1)
 rows = {**baselines, "GPT, short run": evaluate(short_gpt)["ch05_val_loss"],
         "GPT, longer run": long_record["metrics"]["ch05_val_loss"]}
 for name, loss in rows.items():
@@ -1586,7 +1587,8 @@ glue("ch05_real_long_steps", long_record["log"][-1]["step"])
 glue("ch05_real_params", sum(p.numel() for p in short_gpt.parameters()))
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
-    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".", label=f"GPT, {name}")
+    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".",
+            label=f"GPT, {name}")
 for (name, loss), style in zip(baselines.items(), (":", "--", "-.")):
     ax.axhline(loss, color="gray", linestyle=style, label=name)
 ax.set_xlabel("CPU seconds of training")
@@ -1623,19 +1625,22 @@ plt.show()
 # chosen with 32 to 63 characters of context.
 
 # %% tags=["skip-grading", "hide-input"]
-def write(model: nn.Module, prompts: list[str], n_chars: int, seed: int = 0, **sampling) -> list[str]:
+def write(model: nn.Module, prompts: list[str], n_chars: int, seed: int = 0,
+          **sampling) -> list[str]:
     """Continue each prompt by n_chars characters, with your `generate`, 32 at a time."""
     gen = torch.Generator().manual_seed(seed)
     ids = torch.stack([encode(p[-32:]) for p in prompts])                 # (B, 32)
     out = ids
     while out.shape[1] - ids.shape[1] < n_chars:
-        out = torch.cat([out, generate(model, out[:, -32:], 32, generator=gen, **sampling)[:, 32:]], 1)
+        new = generate(model, out[:, -32:], 32, generator=gen, **sampling)[:, 32:]
+        out = torch.cat([out, new], 1)
     return [decode(row[32:32 + n_chars]) for row in out]
 
 
 PROMPT = "The return value of the function "
 for name, model in (("short run", short_gpt), ("longer run", long_gpt)):
-    print(f"--- {name}, temperature 0.8:\n{PROMPT}{write(model, [PROMPT], 300, temperature=0.8)[0]}\n")
+    sample = write(model, [PROMPT], 300, temperature=0.8)[0]
+    print(f"--- {name}, temperature 0.8:\n{PROMPT}{sample}\n")
 
 # %% [markdown]
 # ### Sampling from the trained model
@@ -1717,7 +1722,8 @@ glue("ch05_real_d2_t12", sampling_rows["temperature 1.2"][0])
 
 # %% tags=["skip-grading", "hide-input"]
 with torch.no_grad():
-    for key, text in (("sure", "The return value of the functio"), ("open", "The return value of the ")):
+    for key, text in (("sure", "The return value of the functio"),
+                      ("open", "The return value of the ")):
         z = long_gpt(encode(text)[None])[0][0, -1]                         # (V,)
         kept = filter_logits(z[None], top_p=0.9)[0] > -math.inf              # (V,)
         glue(f"ch05_real_nucleus_{key}", int(kept.sum()))
