@@ -1310,8 +1310,8 @@ claim("control_drops_less_than_half", "In most runs (at least 4 in 5) the contro
 # **Does it cost anything in decoding?** The probe shows that the
 # teacher-forced model is fragile after a wrong letter. It does not show
 # that this fragility costs exact match when the model decodes on its own.
-# Here it does not: the control, trained to shrug off wrong letters,
-# decodes worse. Its greedy exact match is {glue:text}`ch01_ctrl_em:.1f`%,
+# Here the reverse holds: the control, trained to shrug off wrong
+# letters, decodes worse. Its greedy exact match is {glue:text}`ch01_ctrl_em:.1f`%,
 # against {glue:text}`ch01_greedy_em:.1f`% for the teacher-forced model, a
 # difference of {glue:text}`ch01_ctrl_em_gain:+.1f` points in this run, and
 # the control is behind in most runs (the claim below, and the last row of
@@ -1337,9 +1337,10 @@ claim("control_mostly_worse", "In most runs (at least 3 in 5) the control decode
 # and {glue:text}`ch01_err_control_letters`. Training on corrupted prefixes
 # with gold targets also teaches the decoder to trust its history less.
 # The control's errors change too: in most runs it has more outputs of
-# the right length with wrong letters than the teacher-forced model
-# ({glue:text}`ch01_err_control_letters` against
-# {glue:text}`ch01_err_model_letters` in this run).
+# the right length with wrong letters than the teacher-forced model. In
+# this run the counts are {glue:text}`ch01_err_control_letters` for the
+# control and {glue:text}`ch01_err_model_letters` for the teacher-forced
+# model; the claim's badge below says whether this run is one of them.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
