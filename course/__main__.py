@@ -1,5 +1,5 @@
 """`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
-| claims [NN ...] [--force] | checkpoints [NN ...] [--force] [--check] | nbgrader-course DIR | corpora [--check]`.
+| claims [NN ...] [--force] | checkpoints [NN ...] [--force] [--check] | sweeps [NN ...] [--force] [--check] | nbgrader-course DIR | corpora [--check]`.
 
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
@@ -9,6 +9,8 @@ corpora [--check]: re-extract attnkit/corpora_data/ from the pinned packages (co
 compares a fresh extraction with the committed files.
 checkpoints [NN ...]: train each chapter's declared longer runs whose code changed, on a GPU if present
 (course/checkpoints.py; weights and logs in attnkit/checkpoints_data/); --check trains nothing.
+sweeps [NN ...]: run each chapter's declared sweep (a scaling study) for the configs whose record is
+missing or stale (course/sweeps.py; JSON records in attnkit/sweeps_data/); --check runs nothing.
 """
 from __future__ import annotations
 
@@ -63,6 +65,9 @@ def main(argv: list[str]) -> int:
     if cmd == "checkpoints":
         from course.checkpoints import main as checkpoints
         return checkpoints(rest)
+    if cmd == "sweeps":
+        from course.sweeps import main as sweeps
+        return sweeps(rest)
     if cmd in ("alternative", "alternatives"):
         from course.alternatives import chapters_with_alternatives, check
         names = [a for a in rest if not a.startswith("--")] or chapters_with_alternatives()

@@ -1740,6 +1740,54 @@ with torch.no_grad():
 # same number in both.
 
 # %% [markdown]
+# ### Scaling on a laptop
+#
+# (text below)
+
+# %% tags=["skip-grading"]
+from attnkit.sweeps import sweep
+
+SIZES = [(1, 32), (2, 48), (2, 64), (3, 96), (3, 128)]         # (layers, d_model)
+DATA_MODEL, DATA_CHARS = (2, 64), [106_000, 425_000, len(TRAIN_IDS)]
+
+
+@sweep("05_gpt", configs=[dict(n_layers=L, d_model=d, steps=800, train_chars=len(TRAIN_IDS), seed=s)
+                          for L, d in SIZES for s in (0, 1, 2)]
+       + [dict(n_layers=DATA_MODEL[0], d_model=DATA_MODEL[1], steps=1600, train_chars=n, seed=s)
+          for n in DATA_CHARS for s in (0, 1)])
+def scaling_run(n_layers: int, d_model: int, steps: int, train_chars: int, seed: int,
+                batch: int = 32, lr: float = 5e-3, evals: int = 8) -> dict:
+    """char_gpt's recipe on one thread, for a GPT of the given size trained on the first
+    train_chars characters of the training text; the validation loss `evals` times."""
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model = gpt_init_(GPT(len(CHARS), d_model=d_model, n_heads=4, d_ff=4 * d_model,
+                          n_layers=n_layers, max_len=CONTEXT))
+    ids, gen = TRAIN_IDS[:train_chars], torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    log, cpu0 = [], time.process_time()
+    for step in range(1, steps + 1):
+        warm, decay = min(1.0, step / 50), 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in opt.param_groups:
+            group["lr"] = lr * warm * (0.1 + 0.9 * decay)
+        starts = torch.randint(0, len(ids) - CONTEXT - 1, (batch,), generator=gen)
+        x = torch.stack([ids[s:s + CONTEXT] for s in starts])                     # (B, T)
+        y = torch.stack([ids[s + 1:s + CONTEXT + 1] for s in starts])             # (B, T)
+        model.train()
+        loss = F.cross_entropy(model(x)[0].flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % (steps // evals) == 0:
+            log.append({"step": step, "chars": step * batch * CONTEXT, "loss": round(loss.item(), 4),
+                        "val_loss": round(evaluate(model.eval())["ch05_val_loss"], 4)})
+    embedding = {"tok_embed.weight", "pos_embed.weight", "head.weight"}
+    return {"params": sum(p.numel() for n, p in model.named_parameters() if n not in embedding),
+            "params_all": sum(p.numel() for p in model.parameters()), "log": log,
+            "cpu_s": round(time.process_time() - cpu0, 1)}
+
+# %% [markdown]
 # ## Summary
 #
 # * GPT is a Transformer decoder without cross-attention, pre-trained as a
