@@ -1,85 +1,94 @@
-"""Chapter 05: generation speed with and without the KV cache, and the cache's memory.
+"""Chapter 05: generation speed with and without the KV cache, on the page's trained model.
 
-Runs the chapter's own GPT (solutions/05_gpt.py, its definitions only) greedily from a 10-token
-prompt for 50, 200 and 500 new tokens, with and without the cache, in the same run, and prints
-the times, their ratio, the ratio predicted by counting the positions run through the model
-(sum of 10 + t over the steps, against 10 + N - 1), whether the tokens are identical, and the
-cache's size. Asserts nothing.
+Builds the model the page times: the committed longer run `char_gpt` (3 layers, d_model 128, a
+character vocabulary; attnkit/checkpoints_data/05_gpt/char_gpt.pt) in the chapter's own `GPT`,
+with its 64 trained positions extended to 520 by the page's `extend_positions` (position p uses the
+trained embedding of p mod 64), prompted with the page's 10 validation characters. Then, with the
+page's own functions (`time_generation`, `call_seconds`), it prints for 50, 200 and 500 new
+characters the median wall time of greedy generation without and with the cache (the two paths
+alternating), their ratio, the ratio predicted by counting positions, whether the tokens are
+equal, and where a cached step's time goes: one step after 10 and after 500 cached positions,
+whole passes of 1, 100 and 500 positions, and the number of PyTorch operators a step calls.
+Asserts nothing.
 
-    .venv/bin/python benchmarks/bench_05_kv_cache.py [--device cpu] [--d-model 128] [--layers 2]
-        [--threads 1]
-
-The defaults are the notebook's timing cell (2 layers, d_model 128, one CPU thread).
+    .venv/bin/python benchmarks/bench_05_kv_cache.py [--threads 1] [--repeat 5]
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE_NAMES = {"gpt_init_", "encode", "decode", "extend_positions", "time_generation", "call_seconds",
+              "CHARS", "CHAR_ID"}
 
 
 def chapter_definitions() -> dict:
-    """The solution's imports, functions and classes before its Experiment, and gpt_init_."""
-    tree = ast.parse((ROOT / "solutions" / "05_gpt.py").read_text())
+    """The solution's imports, functions and classes before its Experiment, and the page's
+    functions the timing uses (PAGE_NAMES), executed in one namespace."""
     source = (ROOT / "solutions" / "05_gpt.py").read_text()
+    tree = ast.parse(source)
     experiment = source[:source.index("# ## Experiment")].count("\n") + 1   # its first line
+
+    def named(n: ast.stmt) -> bool:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef)):
+            return n.name in PAGE_NAMES
+        return isinstance(n, ast.Assign) and any(getattr(t, "id", "") in PAGE_NAMES for t in n.targets)
     kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
-    keep = [n for n in tree.body if isinstance(n, kinds)
-            and (n.lineno < experiment or getattr(n, "name", "") == "gpt_init_")
-            and not (isinstance(n, ast.ImportFrom) and n.module == "attnkit.train")]
-    ns: dict = {"__name__": "bench_05"}
+    keep = [n for n in tree.body if (isinstance(n, kinds) and n.lineno < experiment
+                                     and not (isinstance(n, ast.ImportFrom) and n.module == "attnkit.train"))
+            or named(n)]
+    from attnkit import corpora
+    ns: dict = {"__name__": "bench_05", "TRAIN_TEXT": corpora.prose_text("train"), "time": time,
+                "statistics": statistics}
     exec(compile(ast.Module(body=keep, type_ignores=[]), "05_gpt", "exec"), ns)
     return ns
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ns = chapter_definitions()
-    GPT, generate, gpt_init_ = ns["GPT"], ns["generate"], ns["gpt_init_"]
-    torch.manual_seed(0)
-    device = torch.device(args.device)
-    model = gpt_init_(GPT(12, d_model=args.d_model, n_heads=4, d_ff=4 * args.d_model,
-                          n_layers=args.layers, max_len=520)).to(device).eval()
-    prompt = torch.randint(0, 8, (1, 10), generator=torch.Generator().manual_seed(0)).to(device)
-
-    def timed(n: int, use_cache: bool) -> tuple[float, torch.Tensor]:
-        best, out = float("inf"), None
-        for _ in range(args.repeat):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = generate(model, prompt, n, temperature=0, use_cache=use_cache)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        return best, out
-
-    print(f"device {device}, d_model {args.d_model}, {args.layers} layers, prompt 10 tokens, "
-          f"best of {args.repeat}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'new tokens':>10s} {'no cache (s)':>13s} {'cache (s)':>10s} {'speed-up':>9s} "
-          f"{'predicted':>10s} {'identical':>10s} {'cache MiB':>10s}")
+    from attnkit import corpora
+    from attnkit.checkpoints import DATA, load_strict, read_weights
+    state = read_weights(DATA / "05_gpt" / "char_gpt.pt")
+    V, D = state["tok_embed.weight"].shape
+    trained = ns["gpt_init_"](ns["GPT"](V, d_model=D, n_heads=4, d_ff=4 * D, n_layers=3, max_len=64))
+    load_strict(trained, state, "05_gpt/char_gpt")
+    trained.eval()
+    model = ns["extend_positions"](trained, 520)
+    prompt = ns["encode"](corpora.prose_text("valid")[990:1000])[None]              # (1, 10)
+    print(f"char_gpt (3 layers, d_model {D}, {V} characters), prompt 10 characters, median of "
+          f"{args.repeat}, wall time, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'new chars':>9s} {'no cache (s)':>13s} {'cache (s)':>10s} {'speed-up':>9s} "
+          f"{'positions ratio':>16s} {'equal tokens':>13s}")
     for n in (50, 200, 500):
-        slow_t, slow = timed(n, False)
-        fast_t, fast = timed(n, True)
-        with torch.no_grad():
-            _, caches = model(fast[:, :-1])
-        mib = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
-                  for k, v in caches) / 2**20
-        predicted = sum(10 + t for t in range(n)) / (10 + n - 1)    # positions run, no cache/cache
-        print(f"{n:10d} {slow_t:13.3f} {fast_t:10.3f} {slow_t / fast_t:8.1f}x "
-              f"{predicted:9.1f}x {str(torch.equal(slow, fast)):>10s} {mib:10.2f}")
+        r = ns["time_generation"](trained if n <= 54 else model, prompt, n, repeats=args.repeat)
+        ratio = sum(10 + t for t in range(n)) / (10 + n - 1)
+        print(f"{n:9d} {r['no_cache']:13.3f} {r['cache']:10.3f} {r['no_cache'] / r['cache']:8.1f}x "
+              f"{ratio:15.0f}x {str(r['equal']):>13s}", flush=True)
+    tokens = r["tokens"]
+    with torch.no_grad():
+        _, caches = model(tokens[:, :500])
+    one, call = tokens[:, 500:501], ns["call_seconds"]
+    step_10 = call(model, one, [(k[:, :, :10], v[:, :, :10]) for k, v in caches], repeats=100)
+    step_500 = call(model, one, caches, repeats=100)
+    print(f"one cached step: {1e3 * step_10:.3f} ms after 10 positions, {1e3 * step_500:.3f} ms after 500")
+    for T in (1, 10, 100, 500):
+        print(f"a pass of {T:3d} positions, no cache: {1e3 * call(model, tokens[:, :T], repeats=20):8.3f} ms")
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        model(one, caches)
+    top = [e for e in prof.events() if e.cpu_parent is None]
+    print(f"a cached step calls {len(top)} PyTorch operators; by name: "
+          + ", ".join(f"{name} {sum(e.name == name for e in top)}" for name in sorted({e.name for e in top})))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 (`attnkit.sweeps.sweep`), a fresh process runs the chapter's graded cells, its checkpoint cells and
 its sweep cells, then runs each config whose record is missing or stale (every config, with
 --force), on the CPU, and writes its record into `attnkit/sweeps_data/NN_name/<name>.json` at once.
-Run it through `/work/bin/heavy` on a shared machine. `--check` runs nothing: it lists how many
-records each sweep has current, stale and missing, and fails if any is not current.
+On a shared machine, run it through the machine's queue for heavy work. `--check` runs nothing: it
+lists how many stored records of each sweep the current code made (the page warns about the rest).
 
 The code hash covers those cells (docstrings, comments and formatting stripped; the `configs=`
 argument of each `@sweep(...)` left out, so that adding a config re-runs only that one) and the
@@ -107,11 +107,14 @@ def todo(s, code: str, force: bool) -> list[dict]:
     return [c for c in s.configs if force or runs.get(config_key(c), {}).get("code_hash") != code]
 
 
-def work(chapter: str, force: bool) -> None:
+def work(chapter: str, force: bool, solutions: str, data: str) -> None:
     """In a fresh process: declare the chapter's sweeps, run what is missing or stale."""
     import matplotlib
     matplotlib.use("Agg")
     import torch
+    import attnkit.sweeps
+    import course.exercises
+    course.exercises.SOLUTIONS, attnkit.sweeps.DATA = Path(solutions), Path(data)
     code = code_hash(chapter)
     for name, s in declare(chapter).items():
         configs = todo(s, code, force)
@@ -139,21 +142,22 @@ def main(args: list[str]) -> int:
     wanted = [a for a in args if not a.startswith("--")]
     chapters = [ch for ch in sweep_chapters() if not wanted or any(ch.startswith(w) for w in wanted)]
     if "--check" in args:
-        bad = 0
+        from attnkit.sweeps import DATA
+        import json
         for ch in chapters:
             code = code_hash(ch)
-            from attnkit.sweeps import config_key
-            import json
             for name in declared_names(ch):
-                path = Path(os.environ.get("ATTNKIT_SWEEPS_DIR", ROOT / "attnkit" / "sweeps_data")) / ch / f"{name}.json"
+                path = DATA / ch / f"{name}.json"
                 runs = json.loads(path.read_text())["runs"] if path.exists() else {}
                 current = sum(r.get("code_hash") == code for r in runs.values())
-                print(f"{ch}/{name}: {current} current records of {len(runs)} stored (code {code})")
-                bad += current == 0
-        return 1 if bad else 0
+                print(f"{ch}/{name}: {current} of {len(runs)} stored records made by the current code ({code})")
+        return 0
+    import attnkit.sweeps
+    import course.exercises
+    where = (str(course.exercises.SOLUTIONS), str(attnkit.sweeps.DATA))
     env = dict(os.environ, MPLBACKEND="Agg", OMP_WAIT_POLICY="PASSIVE")
     for ch in chapters:
-        code = f"from course.sweeps import work; work({ch!r}, {'--force' in args!r})"
+        code = f"from course.sweeps import work; work({ch!r}, {'--force' in args!r}, *{where!r})"
         if subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env).returncode:
             print(f"the sweeps of {ch} failed (the output is above)")
             return 1
