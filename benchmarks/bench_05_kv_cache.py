@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.profiler
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_NAMES = {"gpt_init_", "encode", "decode", "extend_positions", "time_generation", "call_seconds",
