@@ -17,6 +17,7 @@ from course.exercises import ROOT, SOLUTIONS, chapters, clear_solutions, read_so
 
 PAGES = ROOT / "book" / "chapters"
 CHECKPOINTS_DATA = ROOT / "attnkit" / "checkpoints_data"   # the longer runs a page loads (attnkit.checkpoints)
+SWEEPS_DATA = ROOT / "attnkit" / "sweeps_data"             # the sweeps' records a page reads (attnkit.sweeps)
 
 
 def repository_url() -> str:
@@ -67,6 +68,7 @@ def source_hash(chapter: str) -> str:
     record = ROOT / "tests" / "claims" / f"{chapter}.json"   # the claims check the page reports
     extra = [record] if record.exists() else []
     extra += sorted((CHECKPOINTS_DATA / chapter).glob("*.json"))
+    extra += sorted((SWEEPS_DATA / chapter).glob("*.json"))
     inner = digest([SOLUTIONS / f"{chapter}.py", ROOT / "course" / "exercises.py", *extra])
     return hashlib.sha256(f"{inner}\n{runtime_pins()}".encode()).hexdigest()[:16]
 

@@ -405,7 +405,7 @@ license = {{text = "MIT"}}
 packages = ["attnkit", "attnkit.checks", "autograder", "autograder.harness"]
 
 [tool.setuptools.package-data]
-"attnkit" = ["corpora_data/*", "checkpoints_data/*/*"]
+"attnkit" = ["corpora_data/*", "checkpoints_data/*/*", "sweeps_data/*/*"]
 "attnkit.checks" = ["*.pt"]
 """
 

@@ -2127,24 +2127,29 @@ for key, n in zip(("small", "mid", "full"), DATA_CHARS):
 # evaluation of every run on one axis of compute, $6ND$ with $D$ the
 # characters seen so far: at each budget, the lowest curve is the best
 # that compute bought here. On the right, the same 2-layer model trained
-# on a text of 106,000 characters reaches
-# {glue:text}`ch05_data_best_small:.3f` at best and ends at
-# {glue:text}`ch05_data_last_small:.3f`; on 425,000 characters it ends at
-# {glue:text}`ch05_data_last_mid:.3f`, and on all the training text at
-# {glue:text}`ch05_data_last_full:.3f`. A model that sees a small text
-# again and again learns that text, not the language.
+# on only the first 106,000 characters of the training text ends at
+# {glue:text}`ch05_data_last_small:.3f`, on 425,000 at
+# {glue:text}`ch05_data_last_mid:.3f`, and on all of it at
+# {glue:text}`ch05_data_last_full:.3f`: at 800 steps the amount of text
+# did not limit this model. A model of 100,000 parameters does not learn
+# even 106,000 characters by heart in 800 steps, so this study does not
+# reach the regime where data runs out; why the smaller texts scored
+# differently (they are the first parts of the corpus, not a random
+# sample) it does not measure.
 #
-# **What this study can show, and what it cannot.** It shows the shapes:
-# a larger model is better at the same data, a model runs out of data and
-# overfits, and compute is spent well or badly. It cannot measure Kaplan
-# et al.'s exponents. Its sizes span a factor of
-# {glue:text}`ch05_scale_n_ratio:.0f`, theirs a
-# factor of about $2 \cdot 10^6$, and a straight line through five points over one and
-# a half decades says little about the next seven. Its models are not
+# **What this study can show, and what it cannot.** It shows the shape
+# in parameters: at the same data, a larger model is better, and a power
+# law describes the four sizes. It shows how a budget of compute is spent
+# along training. It did not reach the data limit. It cannot measure
+# Kaplan et al.'s exponents. Its sizes span a factor of
+# {glue:text}`ch05_scale_n_ratio:.0f`, theirs a factor of about
+# $2 \cdot 10^6$, and a line through four points over less than a decade
+# and a half says little about the five decades beyond. Its models are not
 # trained to convergence (800 steps for every size, so the large ones are
 # held back by the data they saw), its learning rate is not tuned per
 # size, and its loss is per character, not per BPE token, so its exponent
-# is not theirs to compare, even where the two numbers happen to be close. Its largest run used about
+# is not theirs to compare, even where the two numbers happen to be
+# close. Its largest run used about
 # {glue:text}`ch05_scale_flops:.1e` FLOPs, GPT-3 about
 # {glue:text}`ch05_scale_gpt3_ratio:.0e` times more. And it says nothing
 # about what appears only at scale, such as GPT-3's few-shot learning.

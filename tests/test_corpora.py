@@ -244,7 +244,7 @@ def test_the_release_carries_the_data_and_its_dependencies(tmp_path):
     for name, entry in corpora.manifest()["files"].items():
         assert hashlib.sha256((copied / name).read_bytes()).hexdigest() == entry["sha256"]
     assert (copied / "manifest.json").exists() and (tmp_path / "attnkit" / "subwords.py").exists()
-    assert '"attnkit" = ["corpora_data/*", "checkpoints_data/*/*"]' in release.PYPROJECT
+    assert '"attnkit" = ["corpora_data/*", "checkpoints_data/*/*", "sweeps_data/*/*"]' in release.PYPROJECT
     pins = release.requirements()
     assert re.search(r"^sacrebleu==", pins, re.M) and re.search(r"^tokenizers==", pins, re.M)
     assert json.loads((copied / "manifest.json").read_text()) == corpora.manifest()
