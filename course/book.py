@@ -62,8 +62,8 @@ def source_hash(chapter: str) -> str:
     """A hash of what the executed page depends on: the chapter, the attnkit modules it imports,
     the code that executes and clears it (course/exercises.py), the runtime pins and, where there
     is one, the record of the chapter's claims check (tests/claims/), whose verdicts the page shows,
-    and the records of its checkpoints (each holds its weights' checksum), which the page loads.
-    Not references.bib nor the badges: they do not change the executed notebook."""
+    and the records of its checkpoints (each holds its weights' checksum), which the page loads,
+    and of its sweeps (attnkit/sweeps_data/), which it reads. Not references.bib nor the badges: they do not change the executed notebook."""
     from course.deps import digest
     record = ROOT / "tests" / "claims" / f"{chapter}.json"   # the claims check the page reports
     extra = [record] if record.exists() else []
