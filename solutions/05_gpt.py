@@ -585,7 +585,8 @@ print(torch.allclose(l1[:, :3], l2[:, :3], atol=1e-6))                       # T
 # copies a GPT-2's weights into it: it transposes GPT-2's `Conv1D`
 # weights, splits its fused query-key-value projection into `w_q, w_k,
 # w_v`, ties the head to the token embedding and sets your `mlp[1]` to the
-# tanh GELU that GPT-2 uses. The next cell builds a small GPT-2 with
+# tanh GELU that GPT-2 uses (a forward that calls `F.gelu` itself gets it
+# inside `gelu_approximation("tanh")`, as below). The next cell builds a small GPT-2 with
 # Hugging Face `transformers` (2 layers, width 64, 4 heads, random
 # weights moved off their initial values by noise, nothing downloaded),
 # copies it into your class and compares the logits on the same tokens. `transformers` is a test dependency of
@@ -601,7 +602,7 @@ if transformers is None:
     glue("ch05_gpt2_diff", float("nan"))
     print("Skipped: transformers is not installed (pip install transformers==5.24.0).")
 else:
-    from attnkit.pretrained import load_gpt2, max_logit_difference
+    from attnkit.pretrained import gelu_approximation, load_gpt2, max_logit_difference
     torch.manual_seed(0)
     hf_tiny = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=4, bos_token_id=0,
@@ -611,7 +612,7 @@ else:
             p.add_(0.2 * torch.randn(p.shape))
     mine_tiny = load_gpt2(GPT, hf_tiny)                      # your class, at the same sizes
     ids = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
+    with torch.no_grad(), gelu_approximation("tanh"):   # also for a forward calling F.gelu itself
         tiny_diff = max_logit_difference(mine_tiny(ids)[0], hf_tiny(ids).logits)
     glue("ch05_gpt2_diff", tiny_diff)
     print(f"transformers {transformers.__version__}: largest logit difference {tiny_diff:.1e} "
@@ -1839,11 +1840,12 @@ import statistics
 import torch.profiler
 
 
-def extend_positions(model: nn.Module, max_len: int) -> nn.Module:
-    """A copy of `model` with max_len positions: position p has the embedding of p mod model.max_len."""
+def extend_positions(model: nn.Module, max_len: int, n_heads: int = 4) -> nn.Module:
+    """A copy of `model` (with n_heads heads) with max_len positions: position p has the
+    embedding of position p mod model.max_len."""
     blocks = model.blocks
     copy = GPT(model.tok_embed.num_embeddings, d_model=model.tok_embed.embedding_dim,
-               n_heads=blocks[0].attn.n_heads, d_ff=blocks[0].mlp[0].out_features,
+               n_heads=n_heads, d_ff=blocks[0].mlp[0].out_features,
                n_layers=len(blocks), max_len=max_len)
     state = dict(model.state_dict())
     state["pos_embed.weight"] = state["pos_embed.weight"][torch.arange(max_len) % model.max_len]
