@@ -2172,7 +2172,6 @@ glue("ch08_ref_step_sdpa_s", full_t.median)
 # * **Chunking** a position-wise layer along time cuts its peak memory and
 #   changes nothing else; in training it saves memory only if each chunk is
 #   recomputed and backpropagated on its own, which we did not build.
-#
 # * **Local attention** attends to the own chunk and the one before, in the
 #   sequence's order; **axial position encodings** factor a position table
 #   of $L \cdot d$ numbers into two of $n_1 d_1 + n_2 d_2$.
@@ -2180,6 +2179,15 @@ glue("ch08_ref_step_sdpa_s", full_t.median)
 #   attention, chunked feed-forward) trains on real documents at
 #   $L = 2048$, next to the same network with exact attention; the exact
 #   attention through the fused kernel keeps less memory.
+#
+# The attentions of this chapter, side by side:
+#
+# | attention, one head, length $L$, width $D$ | scores computed | kept for backward |
+# | --- | --- | --- |
+# | written out | $L^2$ | $L^2$ |
+# | exact, fused kernel (SDPA) | $L^2$ | $O(L D)$ |
+# | LSH, $n_r$ rounds, chunks of $m$ | $2 n_r L m$, plus $n_r$ sorts, $O(L \log L)$ each | $O(n_r L m)$ |
+# | local, chunks of $m$ | $2 L m$ | $O(L m)$ |
 #
 # ## Exercises
 #
