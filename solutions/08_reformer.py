@@ -1184,18 +1184,23 @@ claim("lsh_below_full_8192", "LSH attention first keeps less memory than the wri
 # CPU (interquartile range of the 5 pairs
 # {glue:text}`ch08_time_sdpa_over_lsh_8192_spread:.2f`), and the written-out
 # attention already {glue:text}`ch08_time_full_over_lsh_4096:.1f` times as
-# long at 4096 (range {glue:text}`ch08_time_full_over_lsh_4096_spread:.2f`). LSH's
-# lasting advantage is that it computes fewer scores; its memory advantage
-# is against an attention that stores them.
+# long at 4096 (range {glue:text}`ch08_time_full_over_lsh_4096_spread:.2f`).
+# Against the written-out attention at 4096 the claims check confirms the
+# saving. Against the fused kernel at 8192 it does not: LSH attention was
+# faster in every run, but the ratio scatters from run to run by more than
+# its distance from 1 (the table below; the alternative solution's LSH
+# attention is slower than the reference's), so this is not claimed. LSH's
+# advantage is that it computes fewer scores; its memory advantage is
+# against an attention that stores them.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("fused_beats_lsh_memory", "Exact attention through the fused kernel keeps less memory than "
       "LSH attention at every length.",
       lambda g: all(g[f"ch08_mem_sdpa_{L}"] < g[f"ch08_mem_lsh_{L}"]
                     for L in (256, 512, 1024, 2048, 4096, 8192)))
-claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pass is faster than "
-      "the fused kernel's, and at 4096 faster than the written-out attention's.",
-      lambda g: g["ch08_time_sdpa_over_lsh_8192"] > 1 and g["ch08_time_full_over_lsh_4096"] > 1)
+claim("lsh_wins_time_long", "At L = 4096 LSH attention's forward and backward pass is faster than "
+      "the written-out attention's.",
+      lambda g: g["ch08_time_full_over_lsh_4096"] > 1)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch08_mem_full_8192": "full, written out: MiB at 8192",
@@ -2146,8 +2151,9 @@ glue("ch08_ref_step_sdpa_s", full_t.median)
 # {glue:text}`ch08_ref_step_ratio:.2f` times as long as the Reformer's (median
 # of 5 interleaved pairs on one thread, interquartile range
 # {glue:text}`ch08_ref_step_ratio_spread:.2f`). The time saving of LSH
-# attention shows at longer $L$: the claim `lsh_wins_time_long` above is at
-# 8192. All of these figures are from this CPU; nothing on this page is
+# attention against the fused kernel is a matter of longer $L$: at 8192 it
+# was faster in every run of the claims check, by a margin that the runs'
+# scatter swamps (see above). All of these figures are from this CPU; nothing on this page is
 # measured on a GPU.
 
 # %% [markdown]
@@ -2163,8 +2169,10 @@ glue("ch08_ref_step_sdpa_s", full_t.median)
 #   log-sum-exps; more rounds, smaller error, and more of the sequence seen.
 #   Exact attention with a fused kernel also avoids the $L^2$ memory, and
 #   keeps less than LSH attention at every length measured. On this CPU
-#   (one head, $D = 64$), LSH attention is faster than the fused kernel at
-#   $L = 8192$; at shorter lengths and on GPUs we claim nothing.
+#   (one head, $D = 64$), LSH attention is faster than the written-out
+#   attention at $L = 4096$. Against the fused kernel at $L = 8192$ it was
+#   faster in every run, by less than the runs' scatter, so we do not claim
+#   it; on GPUs we claim nothing.
 # * **Reversible layers** rebuild their inputs from their outputs, so
 #   activation memory is flat in depth, at the cost of recomputing every
 #   layer once. Parameters, gradients and optimizer state still grow with
