@@ -2051,7 +2051,7 @@ def eval_loss(model: ReformerLM, data: torch.Tensor) -> float:
     return sum(lm_loss(model, row[None]).item() for row in data) / len(data)
 
 # %% tags=["skip-grading", "hide-input"]
-REF_L, REF_STEPS = 2048, 80
+REF_L, REF_STEPS = 2048, 250
 train_docs, valid_docs = long_documents("train"), long_documents("valid")
 g = torch.Generator().manual_seed(0)
 valid_data = windows(valid_docs, REF_L, 8, g)                    # the same held-out windows for both
