@@ -1849,13 +1849,12 @@ def local_attention(qk: torch.Tensor, v: torch.Tensor, chunk_len: int,
 
 
 class LocalSelfAttention(LSHSelfAttention):
-    """LSHSelfAttention's projections and heads, attending locally instead of by hash."""
+    """LSHSelfAttention's projections and heads (`heads`, `merge`), attending locally instead of
+    by hash."""
 
     def forward(self, x: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
-        B, T, D = x.shape
-        qk, v = self.split(self.qk(x)), self.split(self.v(x))     # (B*H, T, d_k)
-        o = local_attention(qk, v, self.chunk_len, self.causal)   # (B*H, T, d_k)
-        return self.out(o.reshape(B, self.n_heads, T, -1).transpose(1, 2).reshape(B, T, D))
+        qk, v = heads(self, self.qk(x)), heads(self, self.v(x))   # (B*H, T, d_k)
+        return merge(self, local_attention(qk, v, self.chunk_len, self.causal))  # (B, T, D)
 
 
 def visible_keys(kind: str, T: int = 32, m: int = 8, seed: int = 0) -> torch.Tensor:
@@ -1976,11 +1975,10 @@ class SDPASelfAttention(LSHSelfAttention):
     (keys the unit queries, no own-key rule: the kernel has no such mask)."""
 
     def forward(self, x: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
-        B, T, D = x.shape
-        qk, v = self.split(self.qk(x)), self.split(self.v(x))     # (B*H, T, d_k)
+        qk, v = heads(self, self.qk(x)), heads(self, self.v(x))   # (B*H, T, d_k)
         o = F.scaled_dot_product_attention(qk[:, None], F.normalize(qk, dim=-1)[:, None], v[:, None],
                                            is_causal=True)[:, 0]  # (B*H, T, d_k)
-        return self.out(o.reshape(B, self.n_heads, T, -1).transpose(1, 2).reshape(B, T, D))
+        return merge(self, o)                                     # (B, T, D)
 
 
 class PreNorm(nn.Module):
