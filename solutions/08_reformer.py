@@ -1073,7 +1073,7 @@ BUDGET = 128
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TIMED = {"full": [1024, 2048, 4096], "lsh": [1024, 2048, 4096, 8192],
          "sdpa": [1024, 2048, 4096, 8192]}
-PAIRS = {4096: "full", 8192: "sdpa"}          # L -> the attention timed against LSH there, interleaved
+PAIRS = {4096: "full", 8192: "sdpa"}          # L -> the attention timed against LSH, interleaved
 
 
 def sdpa_attention(qk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -1488,7 +1488,8 @@ def layer_buckets(model: DupLM, seq: torch.Tensor, layer: int,
 
 @torch.no_grad()
 def key_sharing(model: DupLM) -> dict:
-    """How often a query t in 16..30 (predicting the second w) shares a bucket, in at least one of r rounds, with
+    """How often a query t in 16..30 (predicting the second w) shares a bucket, in at least one
+    of r rounds, with
     position t - 15, which holds the first copy of the token it must predict; per layer, over
     N_DRAWS draws of 8 rotations on the 512 evaluation sequences."""
     model.set_hashes(2)
@@ -1933,7 +1934,8 @@ assert len({tuple(row.tolist()) for row in p}) == 32           # every position 
 AXIAL = {65536: ((256, 256), (512, 512), 1024), 4096: ((64, 64), (32, 32), 64)}
 for L, ((n1, n2), (d1, d2), d) in AXIAL.items():
     axial_n = sum(t.numel() for t in AxialPositions((n1, n2), (d1, d2)).parameters())
-    print(f"L = {L:6d}, d = {d:4d}: a full table {L * d:11,d} numbers, axial {n1}x{n2} {axial_n:8,d}")
+    print(f"L = {L:6d}, d = {d:4d}: a full table {L * d:11,d} numbers, "
+          f"axial {n1}x{n2} {axial_n:8,d}")
     glue(f"ch08_axial_{L}", axial_n, display=False)
     glue(f"ch08_axial_full_{L}", L * d, display=False)
 
@@ -1976,7 +1978,8 @@ class SDPASelfAttention(LSHSelfAttention):
 
     def forward(self, x: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
         qk, v = heads(self, self.qk(x)), heads(self, self.v(x))   # (B*H, T, d_k)
-        o = F.scaled_dot_product_attention(qk[:, None], F.normalize(qk, dim=-1)[:, None], v[:, None],
+        k = F.normalize(qk, dim=-1)                               # (B*H, T, d_k)
+        o = F.scaled_dot_product_attention(qk[:, None], k[:, None], v[:, None],
                                            is_causal=True)[:, 0]  # (B*H, T, d_k)
         return merge(self, o)                                     # (B, T, D)
 
@@ -1990,7 +1993,9 @@ class PreNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm(x)
-        return self.layer(x) if self.n_chunks == 1 else chunked_feed_forward(self.layer, x, self.n_chunks)
+        if self.n_chunks == 1:
+            return self.layer(x)
+        return chunked_feed_forward(self.layer, x, self.n_chunks)
 
 
 class ReformerLM(nn.Module):
@@ -2001,12 +2006,13 @@ class ReformerLM(nn.Module):
     def __init__(self, kinds: tuple[str, ...] = ("local", "lsh", "local", "lsh"), d: int = 64,
                  heads: int = 4, chunk_len: int = 64, max_len: int = 2048, n_chunks: int = 4):
         super().__init__()
-        side = 2 ** (max_len.bit_length() // 2)                   # an axial grid side x max_len / side
+        side = 2 ** (max_len.bit_length() // 2)                   # grid: side x max_len / side
         self.emb = nn.Embedding(VOCAB, d)
         self.pos = AxialPositions((side, max_len // side), (d // 2, d // 2))
         kind = {"local": LocalSelfAttention, "sdpa": SDPASelfAttention,
                 "lsh": lambda *a, **k: FixedRotations(LSHSelfAttention(*a, **k))}
-        self.attns = [kind[k](d, heads, 2 * max_len // chunk_len, chunk_len, n_hashes=2, causal=True)
+        n_buckets = 2 * max_len // chunk_len
+        self.attns = [kind[k](d, heads, n_buckets, chunk_len, n_hashes=2, causal=True)
                       for k in kinds]
         ffs = [nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in kinds]
         self.stack = ReversibleStack([ReversibleBlock(PreNorm(d, a), PreNorm(d, ff, n_chunks))
@@ -2052,12 +2058,12 @@ def eval_loss(model: ReformerLM, data: torch.Tensor) -> float:
 REF_L, REF_STEPS = 2048, 250
 train_docs, valid_docs = long_documents("train"), long_documents("valid")
 g = torch.Generator().manual_seed(0)
-valid_data = windows(valid_docs, REF_L, 8, g)                    # the same held-out windows for both
+valid_data = windows(valid_docs, REF_L, 8, g)                    # the same held-out windows
 ref_runs = {}
 for name, kinds in (("reformer", ("local", "lsh", "local", "lsh")), ("full", ("sdpa",) * 4)):
     seed_everything(0)
     model = ReformerLM(kinds)
-    data = torch.Generator().manual_seed(1)                      # the same training windows for both
+    data = torch.Generator().manual_seed(1)                      # the same training windows
     start = time.perf_counter()
     losses = train(model, lambda step: lm_loss(model, windows(train_docs, REF_L, 1, data)),
                    TrainConfig(steps=REF_STEPS, lr=3e-3, desc=f"{name}, L = {REF_L}"))
@@ -2070,9 +2076,11 @@ assert n_params == sum(p.numel() for p in ref_runs["full"]["model"].parameters()
 glue("ch08_ref_params", n_params)
 glue("ch08_ref_steps", REF_STEPS)
 glue("ch08_ref_valid_gap", ref_runs["reformer"]["valid"] - ref_runs["full"]["valid"])
-smooth = lambda xs: [sum(xs[max(0, i - 9):i + 1]) / len(xs[max(0, i - 9):i + 1]) for i in range(len(xs))]
+smooth = lambda xs: [sum(xs[max(0, i - 9):i + 1]) / len(xs[max(0, i - 9):i + 1])  # noqa: E731
+                     for i in range(len(xs))]
 for name, label in (("reformer", "Reformer (local + LSH)"), ("full", "exact attention (SDPA)")):
-    plt.plot(smooth(ref_runs[name]["losses"]), label=f"{label}: held-out {ref_runs[name]['valid']:.3f}")
+    plt.plot(smooth(ref_runs[name]["losses"]),
+             label=f"{label}: held-out {ref_runs[name]['valid']:.3f}")
 plt.axhline(math.log(VOCAB), color="grey", ls=":", lw=1, label="uniform guess")
 plt.xlabel("step (one window of 2048 characters)")
 plt.ylabel("training loss (nats / char, mean of 10)")
@@ -2129,10 +2137,12 @@ full_t, ref_t, ratio = compare(lambda: lm_loss(ref_runs["full"]["model"], step_d
                                lambda: lm_loss(ref_runs["reformer"]["model"], step_data).backward(),
                                repeat=5)
 for L in (2048, 8192):
-    print(f"L = {L}: Reformer {mem['reformer', L]:6.1f} MiB, exact attention (SDPA) {mem['full', L]:6.1f} MiB")
+    print(f"L = {L}: Reformer {mem['reformer', L]:6.1f} MiB, "
+          f"exact attention (SDPA) {mem['full', L]:6.1f} MiB")
     glue(f"ch08_ref_mem_{L}", mem["reformer", L])
     glue(f"ch08_ref_mem_sdpa_{L}", mem["full", L])
-print(f"one training step at L = {REF_L}: Reformer {ref_t.median:.3f} s, exact {full_t.median:.3f} s, "
+print(f"one training step at L = {REF_L}: Reformer {ref_t.median:.3f} s, "
+      f"exact {full_t.median:.3f} s, "
       f"exact / Reformer {ratio.median:.2f} (interquartile range {ratio.spread:.2f})")
 glue("ch08_ref_step_ratio", ratio.median)
 glue("ch08_ref_step_ratio_spread", ratio.spread)
