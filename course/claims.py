@@ -28,6 +28,14 @@ experiment (`attnkit.claims.experiment`):
    the bound) against the spread of its runs (the range of the compared quantity), and
    the claims whose figures the alternative solution gives bit for bit like the
    reference (then it is no independent check).
+6. A *timing claim* (one that reads a figure named with the word `time`, `speedup` or
+   `seconds`, e.g. `ch08_time_sdpa_over_lsh_8192`) FAILS when it is fragile: when its
+   margin is smaller than the run-to-run spread of its compared quantity (`margins`, over
+   the worded runs and the earlier rounds). Times scatter by factors, not by amounts, so a
+   timing claim's inequality `a > b` is measured on the log scale: its slack is log(a / b)
+   when a and b are both positive (a - b otherwise), its spread the range of that slack.
+   A timing whose runs scatter more than its effect's distance from the bound is decided by
+   the machine's load, not by the effect. Other claims only report FRAGILE.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,6 +64,7 @@ ROTATION = (("reference", 1), ("alternative", 2), ("reference", 2), ("alternativ
 ROUNDS: dict[str, int] = {"02_attention": 3, "03_transformer": 2, "04_elmo": 2, "05_gpt": 2, "06_bert": 4,
                           "07_transformer_xl": 3, "01_seq2seq": 2}
 PRESENTATION = {"claims.py", "glue.py"}   # attnkit modules that show figures, never compute them
+TIMING_FIGURE = re.compile(r"(^|_)(time|times|speedup|seconds)(_|$)")   # a figure that moves with the load
 
 
 # ---------------------------------------------------------------- which cells
@@ -326,35 +336,45 @@ def claims_of(chapter: str) -> dict:
 
 
 # ---------------------------------------------------------------- margin against spread
-def _slacks(node: ast.expr) -> list[ast.expr]:
+def log_slack(a: float, b: float) -> float:
+    """The slack of `a > b` on the log scale, log(a / b), where both are positive; a - b otherwise."""
+    import math
+    return math.log(a / b) if a > 0 and b > 0 else a - b
+
+
+def _slacks(node: ast.expr, relative: bool = False) -> list[ast.expr]:
     """The predicate's inequalities as expressions of their slack: positive where one holds, by how much.
 
-    `a >= b` gives `a - b`, `a < b` gives `b - a`; `and` gives each part's; `all(... for ...)` the
-    smallest over its items. Equalities, memberships and other forms give none (nothing to measure)."""
+    `a >= b` gives `a - b`, `a < b` gives `b - a` (`relative`: `log_slack(a, b)`, `log_slack(b, a)`);
+    `and` gives each part's; `all(... for ...)` the smallest over its items. Equalities, memberships
+    and other forms give none (nothing to measure)."""
+    def diff(big: ast.expr, small: ast.expr) -> ast.expr:
+        return (ast.Call(ast.Name("log_slack", ast.Load()), [big, small], []) if relative
+                else ast.BinOp(big, ast.Sub(), small))
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
-        return [s for v in node.values for s in _slacks(v)]
+        return [s for v in node.values for s in _slacks(v, relative)]
     if isinstance(node, ast.Compare):
         out, left = [], node.left
         for op, right in zip(node.ops, node.comparators):
             if isinstance(op, (ast.Gt, ast.GtE)):
-                out.append(ast.BinOp(left, ast.Sub(), right))
+                out.append(diff(left, right))
             elif isinstance(op, (ast.Lt, ast.LtE)):
-                out.append(ast.BinOp(right, ast.Sub(), left))
+                out.append(diff(right, left))
             left = right
         return out
     if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "all" and len(node.args) == 1
             and isinstance(node.args[0], ast.GeneratorExp)):
-        inner = _slacks(node.args[0].elt)
+        inner = _slacks(node.args[0].elt, relative)
         if inner:
             elt = inner[0] if len(inner) == 1 else ast.Call(ast.Name("min", ast.Load()), inner, [])
             return [ast.Call(ast.Name("min", ast.Load()), [ast.GeneratorExp(elt, node.args[0].generators)], [])]
     return []
 
 
-def slack_functions(source: str) -> dict[str, list[tuple[str, object]]]:
+def slack_functions(source: str, relative: bool = False) -> dict[str, list[tuple[str, object]]]:
     """claim name -> [(the inequality's slack as text, a function of one run's figures)] for the
-    `claim(...)` calls of a claim cell whose predicate is a lambda."""
-    namespace: dict = {}
+    `claim(...)` calls of a claim cell whose predicate is a lambda (`relative`: on the log scale)."""
+    namespace: dict = {"log_slack": log_slack}
     tree = ast.parse(source)
     exec(compile(ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], []),
                  "<claim imports>", "exec"), namespace)
@@ -367,7 +387,7 @@ def slack_functions(source: str) -> dict[str, list[tuple[str, object]]]:
         if not isinstance(holds, ast.Lambda):
             continue
         fns = []
-        for slack in _slacks(holds.body):
+        for slack in _slacks(holds.body, relative):
             fn = ast.fix_missing_locations(ast.Expression(ast.Lambda(holds.args, slack)))
             fns.append((ast.unparse(slack), eval(compile(fn, "<claim slack>", "eval"), namespace)))
         out[call.args[0].value] = fns
@@ -378,12 +398,17 @@ def margins(chapter: str, runs: list[dict]) -> dict[str, dict]:
     """claim name -> its tightest inequality: the margin (the slack of the run that decides the
     claim: the smallest, or for a claim about `at_least` of the runs the one at that fraction) against
     the spread (the slack's range over the runs). A margin smaller than the spread is fragile: a run
-    as far from the others as they are from each other may break the claim."""
+    as far from the others as they are from each other may break the claim. A timing claim
+    (`is_timing`) is measured on the log scale (`log_slack`)."""
     import math
-    fns = {name: f for source in claim_sources(read_solution(chapter)) for name, f in slack_functions(source).items()}
+    sources = claim_sources(read_solution(chapter))
+    fns = {name: f for source in sources for name, f in slack_functions(source).items()}
+    logs = {name: f for source in sources for name, f in slack_functions(source, relative=True).items()}
     claims = claims_of(chapter)
     out = {}
     for name, parts in fns.items():
+        timing = name in claims and is_timing(claims[name], runs)
+        parts = logs[name] if timing else parts
         at_least = claims[name].at_least if name in claims else 1.0
         rows = []
         for text, fn in parts:
@@ -403,7 +428,14 @@ def margins(chapter: str, runs: list[dict]) -> dict[str, dict]:
             out[name] = min(rows, key=lambda m: m["margin"] / m["spread"] if m["spread"] > 0 else
                             (math.inf if m["margin"] > 0 else -math.inf))
             out[name]["fragile"] = out[name]["margin"] < out[name]["spread"]
+            out[name]["timing"] = timing
     return out
+
+
+def is_timing(c, runs: list[dict]) -> bool:
+    """Whether claim `c` reads a timing figure (`TIMING_FIGURE`) on these runs."""
+    from attnkit.claims import figures_read
+    return any(TIMING_FIGURE.search(name) for name in figures_read(c, runs))
 
 
 def check(chapter: str, record: dict) -> list[str]:
@@ -428,15 +460,22 @@ def check(chapter: str, record: dict) -> list[str]:
         notes = [f"seen {confirmed(c, seen)['held']}/{len(seen)}"] if seen else []
         notes.append(f"held-out {h['held']}/{h['total']}" + (" (pooled with the worded runs)" if h["pooled"] else "")
                      + ("" if h["ok"] or not held_out else " FAILS"))
+        swamped = bool(m and m["fragile"] and m["timing"])   # rule 6: a timing the load decides
         if m:
-            notes.append(f"margin {m['margin']:.3g} vs spread {m['spread']:.3g}" + (" FRAGILE" if m["fragile"] else ""))
+            notes.append(f"{'log ' if m['timing'] else ''}margin {m['margin']:.3g} vs spread {m['spread']:.3g}"
+                         + (" FRAGILE" if m["fragile"] else "")
+                         + (" (a timing: fails)" if swamped else ""))
         if identical_alternative(figures_read(c, runs), runs):
             notes.append("alternative bit-identical: not an independent check")
-        ok = v["ok"] and (h["ok"] or not held_out)
+        ok = v["ok"] and (h["ok"] or not held_out) and not swamped
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {counts} (needed {c.at_least:.0%}); {'; '.join(notes)} - {c.text}")
         if not v["ok"]:
             problems.append(f"{chapter}: claim {name!r} holds in {counts} runs, needed {c.at_least:.0%}"
                             + (f" ({'; '.join(v['errors'])})" if v["errors"] else "") + f": {c.text}")
+        if swamped:
+            problems.append(f"{chapter}: timing claim {name!r}: its log-scale margin {m['margin']:.3g} ({m['slack']}) is "
+                            f"smaller than the run-to-run spread {m['spread']:.3g} of that quantity, so the "
+                            f"machine's load, not the effect, decides it: {c.text}")
         if held_out and not h["ok"]:
             problems.append(f"{chapter}: claim {name!r} is not confirmed on the held-out seeds: it holds in "
                             f"{h['held']} of {h['total']} runs{' (pooled)' if h['pooled'] else ''}, needed "

@@ -127,8 +127,10 @@ def full_shared_qk_attention(qk: torch.Tensor, v: torch.Tensor, causal: bool = F
 # ### The three problems, measured
 #
 # A first look before any fix. We take one attention layer (shared-QK, as
-# below) and a feed-forward layer, and count the memory autograd keeps for the
-# backward pass, and the largest tensor of the feed-forward's forward pass.
+# below), one feed-forward layer, and stacks of 2, 4 and 8 residual
+# feed-forward layers (for the growth with depth). We count the memory
+# autograd keeps for the backward pass, and the largest tensor of the
+# feed-forward's forward pass.
 
 # %% tags=["skip-grading", "hide-input"]
 seed_everything(0)
@@ -192,12 +194,15 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # cross-polytope style the Reformer uses: the bucket is the index of the
 # direction among $\pm r_1, \dots, \pm r_{b/2}$ (the columns of $R$ and
 # their negatives) with the largest $x \cdot r$, not the sign pattern of
-# random hyperplanes (SimHash). For a true rotation, columns of equal length,
-# that is the *nearest* direction; with Gaussian columns, as here and in
-# trax and Hugging Face, the bucket maximises $\lVert r_j\rVert \cos\theta_j$,
-# so a longer column can win over one at a smaller angle. Below we measure
-# how many random vectors change bucket when the same columns are scaled to
-# unit length: {glue:text}`ch08_gauss_vs_unit_16_4:.0f`% with $D = 16$ and
+# random hyperplanes (SimHash). Andoni et al. define and analyse this
+# cross-polytope hash with an i.i.d. Gaussian matrix, exactly as here and in
+# trax and Hugging Face; a true random rotation is their faster variant.
+# With Gaussian columns the bucket maximises
+# $\lVert r_j\rVert \cos\theta_j$, so a longer column can win over one at a
+# smaller angle; with columns of equal length it is the *nearest* direction.
+# Below we measure how many random vectors change bucket when the same
+# columns are scaled to unit length (a comparison only: unit columns are
+# neither a rotation nor the analysed family): {glue:text}`ch08_gauss_vs_unit_16_4:.0f`% with $D = 16$ and
 # 4 buckets (the trained model's heads),
 # {glue:text}`ch08_gauss_vs_unit_64_16:.0f`% and
 # {glue:text}`ch08_gauss_vs_unit_64_32:.0f`% with $D = 64$ and 16 or 32
@@ -854,7 +859,7 @@ def probe_chunked_feed_forward(weight: torch.Tensor, x: torch.Tensor, n_chunks: 
 # approximation error falls with the number of rounds (measured in the
 # Experiment section, after the duplication task).
 # (2) A reversible stack against the same blocks run by autograd: same
-# outputs, same gradients. (3) The inversion error of a deep stack in float32
+# outputs, same gradients (both compared below). (3) The inversion error of a deep stack in float32
 # and float64. (4) LSH attention as $F$ in a reversible stack, where the
 # random rotations must be the same in the forward and the backward pass.
 
@@ -874,6 +879,8 @@ for blk in stack.blocks:
 (z1.pow(2).sum() + z2.sum()).backward()
 grads_auto = [a1.grad, a2.grad] + [p.grad for p in stack.parameters()]
 gap = max((a - b).abs().max().item() for a, b in zip(grads_rev, grads_auto))
+out_gap = max((y1 - z1).abs().max().item(), (y2 - z2).abs().max().item())
+print(f"largest output difference, reversible vs autograd: {out_gap:.2e}")
 print(f"largest gradient difference, reversible vs autograd: {gap:.2e}")
 
 
@@ -1014,7 +1021,7 @@ for fixed in (False, True):
 # with the same seed and threads (this page's run and the check's); the
 # approximation figures move with the seed and the solution, not with the
 # thread count; the duplication figures (a training run) move with the
-# seed, the thread count and the solution; CPU times move with everything,
+# seed, the thread count and the solution; times move with everything,
 # the machine's load included. With the same code, seed, threads and
 # machine a run repeats bit for bit, except the times and LSH attention's
 # memory. The page and the check
@@ -1036,25 +1043,37 @@ for fixed in (False, True):
 # queries) and scale but without the own-key rule. The fused kernel never
 # stores the $L \times L$ weights: it computes them block by block, keeps
 # only each query's log-sum-exp, and recomputes the blocks in the backward
-# pass (the memory-efficient exact attention of FlashAttention). The
+# pass (the memory-efficient exact attention of FlashAttention). Of the
+# $L \times L$ part it keeps only each query's log-sum-exp; it also saves
+# $q$, $k$, $v$ and the output. The
 # paper's Section 2 already describes memory-efficient attention (each
 # query's scores computed on their own and recomputed in the backward pass)
-# and ran its full-attention baselines that way. We also
-# time a forward and backward pass of each, in CPU seconds of the process
-# (one timed run after an untimed one; CPU time, not wall time, because
-# this book is built on a shared machine; full attention only up to
-# $L = 4096$, where it takes {glue:text}`ch08_time_full_4096:.2f` s in this
-# run). A stated budget of 128 MiB
+# and ran its full-attention baselines that way.
+#
+# We also time a forward and backward pass of each, in wall seconds on one
+# thread (`attnkit.walltime`), whatever thread count the run sets. This book
+# is built on a shared, loaded machine. With two threads a call waits for
+# its second thread, and a reviewer's 2-thread run of the old CPU-time
+# measurement made LSH look slower than written-out attention. One thread
+# has nothing to wait for but the CPU. The two ratios the text claims are
+# measured in 5 interleaved pairs (LSH, the other, LSH, ...), so that a
+# burst of load slows both calls of a pair alike; each ratio is the median
+# of the 5 per-pair ratios, and its interquartile range is recorded with it.
+# The other points of the plot are the median of 3 runs. The claims check
+# fails a timing claim whose margin (on the log scale) is smaller than its
+# spread over the runs. Full attention is timed only up to $L = 4096$,
+# where it takes {glue:text}`ch08_time_full_4096:.2f` s in this run. A stated budget of 128 MiB
 # per head marks where the written-out attention stops fitting.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim, experiment, spread
-from attnkit.cputime import cpu_time_call
+from attnkit.walltime import compare, wall_time
 
 BUDGET = 128
 LENGTHS = [256, 512, 1024, 2048, 4096, 8192]
 TIMED = {"full": [1024, 2048, 4096], "lsh": [1024, 2048, 4096, 8192],
          "sdpa": [1024, 2048, 4096, 8192]}
+PAIRS = {4096: "full", 8192: "sdpa"}          # L -> the attention timed against LSH, interleaved
 
 
 def sdpa_attention(qk: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -1078,11 +1097,16 @@ def lengths(seed: int = 0, threads: int = 1) -> dict:
         runs = {"full": lambda: full_shared_qk_attention(qk, v),
                 "lsh": lambda: lsh_attention(qk, v, rot, 64),
                 "sdpa": lambda: sdpa_attention(qk, v)}
+        step = {name: (lambda fn=fn: fn().sum().backward()) for name, fn in runs.items()}
         for name, fn in runs.items():
             out[f"ch08_mem_{name}_{L}"] = saved_bytes(fn) / MiB
-            if L in TIMED[name]:
-                out[f"ch08_time_{name}_{L}"] = cpu_time_call(lambda: fn().sum().backward(),
-                                                              repeat=1)
+            if L in TIMED[name] and not (L in PAIRS and name in (PAIRS[L], "lsh")):
+                out[f"ch08_time_{name}_{L}"] = wall_time(step[name], repeat=3).median
+        if L in PAIRS:                                                  # the claimed ratios
+            other, lsh, ratio = compare(step[PAIRS[L]], step["lsh"], repeat=5)
+            out[f"ch08_time_{PAIRS[L]}_{L}"], out[f"ch08_time_lsh_{L}"] = other.median, lsh.median
+            out[f"ch08_time_{PAIRS[L]}_over_lsh_{L}"] = ratio.median
+            out[f"ch08_time_{PAIRS[L]}_over_lsh_{L}_spread"] = ratio.spread
     out["ch08_mem_lsh1_8192"] = saved_bytes(lambda: lsh_attention(qk, v, rot[:1], 64)) / MiB
     full, lsh = (out[f"ch08_mem_{n}_8192"] for n in ("full", "lsh"))
     out.update({"ch08_mem_ratio_8192": full / lsh,
@@ -1092,11 +1116,7 @@ def lengths(seed: int = 0, threads: int = 1) -> dict:
                 "ch08_crossover": min(L for L in LENGTHS
                                       if out[f"ch08_mem_full_{L}"] > out[f"ch08_mem_lsh_{L}"]),
                 "ch08_full_fits_upto": max(L for L in LENGTHS
-                                           if out[f"ch08_mem_full_{L}"] <= BUDGET),
-                "ch08_time_sdpa_over_lsh_8192": (out["ch08_time_sdpa_8192"]
-                                                 / out["ch08_time_lsh_8192"]),
-                "ch08_time_full_over_lsh_4096": (out["ch08_time_full_4096"]
-                                                 / out["ch08_time_lsh_4096"])})
+                                           if out[f"ch08_mem_full_{L}"] <= BUDGET)})
     return out
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1110,7 +1130,7 @@ for name, label, style in (("full", "full attention, written out", "o-"),
                    style, label=label)
 axes[0].axhline(BUDGET, color="r", ls="--", lw=1, label=f"budget {BUDGET} MiB")
 axes[0].set(xlabel="sequence length L", ylabel="activation memory (MiB)")
-axes[1].set(xlabel="sequence length L", ylabel="forward + backward (CPU s)")
+axes[1].set(xlabel="sequence length L", ylabel="forward + backward (wall s, 1 thread)")
 axes[0].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
@@ -1161,19 +1181,26 @@ claim("lsh_below_full_8192", "LSH attention first keeps less memory than the wri
 # $n_r \cdot L \cdot 2m$ of them (plus an $O(L \log L)$ sort per round). At
 # $L = 8192$ the fused kernel takes {glue:text}`ch08_time_sdpa_over_lsh_8192:.1f`
 # times as long as LSH attention for a forward and backward pass on this
-# CPU, and the written-out attention already
-# {glue:text}`ch08_time_full_over_lsh_4096:.1f` times as long at 4096. LSH's
-# lasting advantage is that it computes fewer scores; its memory advantage
-# is against an attention that stores them.
+# CPU (interquartile range of the 5 pairs
+# {glue:text}`ch08_time_sdpa_over_lsh_8192_spread:.2f`), and the written-out
+# attention already {glue:text}`ch08_time_full_over_lsh_4096:.1f` times as
+# long at 4096 (range {glue:text}`ch08_time_full_over_lsh_4096_spread:.2f`).
+# Against the written-out attention at 4096 the claims check confirms the
+# saving. Against the fused kernel at 8192 it does not: LSH attention was
+# faster in every run, but the ratio scatters from run to run by more than
+# its distance from 1 (the table below; the alternative solution's LSH
+# attention is slower than the reference's), so this is not claimed. LSH's
+# advantage is that it computes fewer scores; its memory advantage is
+# against an attention that stores them.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("fused_beats_lsh_memory", "Exact attention through the fused kernel keeps less memory than "
       "LSH attention at every length.",
       lambda g: all(g[f"ch08_mem_sdpa_{L}"] < g[f"ch08_mem_lsh_{L}"]
                     for L in (256, 512, 1024, 2048, 4096, 8192)))
-claim("lsh_wins_time_long", "At L = 8192 LSH attention's forward and backward pass is faster than "
-      "the fused kernel's, and at 4096 faster than the written-out attention's.",
-      lambda g: g["ch08_time_sdpa_over_lsh_8192"] > 1 and g["ch08_time_full_over_lsh_4096"] > 1)
+claim("lsh_wins_time_long", "At L = 4096 LSH attention's forward and backward pass is faster than "
+      "the written-out attention's.",
+      lambda g: g["ch08_time_full_over_lsh_4096"] > 1)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({"ch08_mem_full_8192": "full, written out: MiB at 8192",
@@ -1188,7 +1215,9 @@ spread({"ch08_mem_full_8192": "full, written out: MiB at 8192",
         "ch08_crossover": "LSH first smaller at L",
         "ch08_full_fits_upto": "full fits 128 MiB up to L",
         "ch08_time_sdpa_over_lsh_8192": "time fused / LSH at 8192",
-        "ch08_time_full_over_lsh_4096": "time full / LSH at 4096"}, digits=3)
+        "ch08_time_full_over_lsh_4096": "time full / LSH at 4096",
+        "ch08_time_sdpa_over_lsh_8192_spread": "its interquartile range over 5 pairs",
+        "ch08_time_full_over_lsh_4096_spread": "its interquartile range over 5 pairs "}, digits=3)
 
 # %% [markdown]
 # The benchmark `benchmarks/bench_08_lsh_memory.py` measures whole processes
@@ -1459,7 +1488,8 @@ def layer_buckets(model: DupLM, seq: torch.Tensor, layer: int,
 
 @torch.no_grad()
 def key_sharing(model: DupLM) -> dict:
-    """How often a query t of the second w shares a bucket, in at least one of r rounds, with
+    """How often a query t in 16..30 (predicting the second w) shares a bucket, in at least one
+    of r rounds, with
     position t - 15, which holds the first copy of the token it must predict; per layer, over
     N_DRAWS draws of 8 rotations on the 512 evaluation sequences."""
     model.set_hashes(2)
@@ -1578,9 +1608,11 @@ spread({"ch08_dup_loss": "final training loss",
 # Here are the buckets of a real sequence: the shared query/keys of the
 # trained model's second layer (head 0, one round of 4 buckets) on a
 # duplication sequence, before and after sorting. Below it we count, over
-# the 512 evaluation sequences and all heads, how often a query $t$ of the
-# second $w$ shares a bucket, in at least one of $r$ rounds, with position
-# $t - 15$, which holds the first copy of the token it must predict.
+# the 512 evaluation sequences and all heads, how often a query $t$ that
+# predicts a symbol of the second $w$ (positions 16 to 30: the separator and
+# the second $w$'s first 14 symbols) shares a bucket, in at least one of $r$
+# rounds, with position $t - 15$, which holds the first copy of the token it
+# must predict.
 
 # %% tags=["skip-grading", "hide-input"]
 model = dup_run["model"]
@@ -1642,8 +1674,9 @@ _ = glue("ch08_key_bucket_other_page_1", sum(other) / N_DRAWS)
 # than the count above). The two sets of draws on the same model give the
 # answer key {glue:text}`ch08_key_bucket_1:.3f` and
 # {glue:text}`ch08_key_bucket_answer_page_1:.3f`: the draws alone move this
-# rate, so a margin over other keys of that size is within the noise of this
-# one-model control. Keys that hold no answer also share the query's
+# rate. That is an unpaired difference; the margin over other keys is paired
+# (same draws), and we did not measure its spread over draws. So this
+# one-model control does not show whether the margin is real. Keys that hold no answer also share the query's
 # bucket more often than 0.25 here, likely because buckets of unequal size
 # raise every pair's rate; so $1 - (3/4)^r$ understates the chance level, and the margin
 # of the answer key over it overstates what the hash adds. In the first layer:
@@ -1760,8 +1793,9 @@ claim("error_falls", "The approximation error falls with every doubling of the r
 # cluster, and to nothing else, has a relative error of
 # {glue:text}`ch08_oracle_err:.3f`. So most of the error that remains is the
 # weight full attention spreads over other clusters, which hashing by
-# nearness is not built to find. With eight rounds and 32 buckets LSH
-# attention gets below this floor, likely because in the variant taught here
+# nearness is not built to find. The oracle is a reference point, not a
+# lower bound for LSH attention: with eight rounds and 32 buckets LSH
+# attention gets below it, likely because in the variant taught here
 # a query also uses keys of other buckets in its window (we did not run the
 # control that masks them; keys repeated across rounds may contribute too;
 # only
@@ -1790,6 +1824,347 @@ spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in R
         "ch08_mates_missed": "bucket members outside the window"}, digits=3)
 
 # %% [markdown]
+# ## Local attention and axial positions
+#
+# The Reformer of trax and Hugging Face has two more pieces that this
+# chapter has not built yet. Both are small.
+#
+# **Local (chunked) attention.** Cut the sequence, in its own order, into
+# chunks of $m$ positions. Each query attends to its own chunk and the chunk
+# before it: $2m$ keys, a window that slides one chunk at a time. It is
+# `chunked_lsh_attention` with no hashing and no sort: the "sorted" order is
+# the identity. It sees only the last $m$ to $2m$ positions, so it cannot copy
+# from far away; LSH attention can. The trax and Hugging Face Reformers
+# alternate the two kinds of layer (Hugging Face's `attn_layers`). Hugging
+# Face's local layer has separate query and key projections; ours shares them,
+# like our LSH layer, so the two layers have the same parameters.
+
+# %% tags=["skip-grading"]
+def local_attention(qk: torch.Tensor, v: torch.Tensor, chunk_len: int,
+                    causal: bool = True) -> torch.Tensor:
+    """Shared-QK attention to the own chunk and the one before, in the sequence's own order.
+    qk: (B, T, D), v: (B, T, Dv), T a multiple of chunk_len. Returns (B, T, Dv)."""
+    B, T, _ = qk.shape
+    pos = torch.arange(T, device=qk.device).expand(B, T)          # (B, T): the identity "sort"
+    return chunked_lsh_attention(qk, v, pos, chunk_len, causal)[0]
+
+
+class LocalSelfAttention(LSHSelfAttention):
+    """LSHSelfAttention's projections and heads (`heads`, `merge`), attending locally instead of
+    by hash."""
+
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
+        qk, v = heads(self, self.qk(x)), heads(self, self.v(x))   # (B*H, T, d_k)
+        return merge(self, local_attention(qk, v, self.chunk_len, self.causal))  # (B, T, D)
+
+
+def visible_keys(kind: str, T: int = 32, m: int = 8, seed: int = 0) -> torch.Tensor:
+    """(T, T) bool: which keys each query of a causal layer attends to (besides itself), read
+    off the layer by probing it with one-hot values: local attention, or one round of LSH."""
+    g = torch.Generator().manual_seed(seed)
+    qk = torch.randn(1, T, 16, generator=g)
+    v = torch.eye(T)[None]                                        # (1, T, T): value j marks key j
+    if kind == "local":
+        weights = local_attention(qk, v, m)
+    else:
+        weights = lsh_attention(qk, v, torch.randn(1, 16, T // m // 2, generator=g), m, causal=True)
+    return weights[0] > 1e-6
+
+
+# local attention is full attention under a band mask: key j visible to query i iff
+# chunk(i) - 1 <= chunk(j) <= chunk(i), j <= i (and j != i unless nothing else is visible)
+g = seed_everything(0)
+qk, v = torch.randn(2, 32, 8, generator=g), torch.randn(2, 32, 5, generator=g)
+i, j = torch.arange(32)[:, None], torch.arange(32)[None]
+band = (j <= i) & (j // 8 >= i // 8 - 1)
+scores = (qk @ F.normalize(qk, dim=-1).transpose(1, 2) / math.sqrt(8)).masked_fill(~band, -1e9)
+scores = scores.masked_fill((i == j) & (i > 0), -1e5)
+assert torch.allclose(local_attention(qk, v, 8), scores.softmax(-1) @ v, atol=1e-5)
+
+# %% tags=["skip-grading", "hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(7, 3.4))
+for ax, kind, title in zip(axes, ("local", "lsh"), ("local attention, chunks of 8",
+                                                     "LSH attention, 1 round, 4 buckets")):
+    ax.imshow(visible_keys(kind), cmap="Greys")
+    ax.set(title=title, xlabel="key position", ylabel="query position")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Each black square is a key that the query of its row attends to. Local
+# attention sees a band along the diagonal. LSH attention sees scattered keys
+# anywhere before the query: those its hash put in the same or the previous
+# chunk of the sorted order.
+#
+# **Axial position encodings.** A learned position embedding for $L$
+# positions holds $L \cdot d$ numbers: at $L = 65\,536$ and $d = 1024$ that is
+# 67M parameters, more than many whole models. Axial encodings factor the
+# position $p = i \cdot n_2 + j$ over a grid $n_1 \times n_2 = L$ and learn
+# two small tables, $E_1$ of $n_1 \times d_1$ and $E_2$ of $n_2 \times d_2$,
+# with $d_1 + d_2 = d$. Position $p$ gets $[E_1[i]; E_2[j]]$, the two rows
+# concatenated. That is $n_1 d_1 + n_2 d_2$ numbers. Every position still gets
+# its own vector, since no two positions share both $i$ and $j$. This is the
+# concatenating variant, the one trax uses by default; Hugging Face
+# (`axial_pos_shape`, `axial_pos_embds_dim`) does the same.
+
+# %% tags=["skip-grading"]
+class AxialPositions(nn.Module):
+    """Learned axial position encodings: position i * n2 + j -> [E1[i]; E2[j]], (L, d1 + d2)."""
+
+    def __init__(self, shape: tuple[int, int], dims: tuple[int, int]):
+        super().__init__()
+        (n1, n2), (d1, d2) = shape, dims
+        self.e1 = nn.Parameter(0.02 * torch.randn(n1, d1))
+        self.e2 = nn.Parameter(0.02 * torch.randn(n2, d2))
+
+    def forward(self, T: int) -> torch.Tensor:
+        n1, d1 = self.e1.shape
+        n2, d2 = self.e2.shape
+        if T > n1 * n2:
+            raise ValueError(f"{T} positions, but the axial grid {n1} x {n2} has only {n1 * n2}")
+        grid = torch.cat([self.e1[:, None].expand(n1, n2, d1),
+                          self.e2[None].expand(n1, n2, d2)], dim=-1)  # (n1, n2, d)
+        return grid.reshape(n1 * n2, d1 + d2)[:T]                     # (L, d)
+
+
+axial = AxialPositions((4, 8), (3, 5))
+p = axial(32)
+assert torch.equal(p[2 * 8 + 5], torch.cat([axial.e1[2], axial.e2[5]]))
+assert len({tuple(row.tolist()) for row in p}) == 32           # every position its own vector
+AXIAL = {65536: ((256, 256), (512, 512), 1024), 4096: ((64, 64), (32, 32), 64)}
+for L, ((n1, n2), (d1, d2), d) in AXIAL.items():
+    axial_n = sum(t.numel() for t in AxialPositions((n1, n2), (d1, d2)).parameters())
+    print(f"L = {L:6d}, d = {d:4d}: a full table {L * d:11,d} numbers, "
+          f"axial {n1}x{n2} {axial_n:8,d}")
+    glue(f"ch08_axial_{L}", axial_n, display=False)
+    glue(f"ch08_axial_full_{L}", L * d, display=False)
+
+# %% [markdown]
+# ## One Reformer on real documents
+#
+# Now the pieces go together into one model, as in the Reformer:
+#
+# * characters in, embedded, plus axial position encodings;
+# * the embedding is copied into the two streams $x_1 = x_2$ of a
+#   `ReversibleStack`, as trax does;
+# * each `ReversibleBlock` has attention as $F$ and a feed-forward layer as
+#   $G$, each after a layer norm; the attention alternates local and LSH
+#   attention (2 rounds, rotations fixed per step by `FixedRotations`); the
+#   feed-forward runs in chunks (`chunked_feed_forward`);
+# * the two streams are added, normalised, and projected to the characters.
+#
+# Its control is the same network with exact attention in every block,
+# through the fused kernel (`F.scaled_dot_product_attention`, causal, the
+# same shared query/keys and the same parameters). Both learn to predict the
+# next character of long real documents: Python source files of the
+# standard library, 20 000 characters or more each (`attnkit.corpora.long_documents`,
+# the same corpus as chapter 7). One training window is $L = 2048$
+# characters, one document each.
+
+# %% tags=["skip-grading"]
+from attnkit.corpora import long_documents  # noqa: E402
+
+VOCAB = 128                 # characters 0..126; anything else becomes 127
+
+
+def encode(text: str) -> torch.Tensor:
+    """A text as character ids: (len(text),) long."""
+    return torch.tensor([min(ord(c), VOCAB - 1) for c in text], dtype=torch.long)
+
+
+class SDPASelfAttention(LSHSelfAttention):
+    """LSHSelfAttention's projections and heads, with exact causal attention by the fused kernel
+    (keys the unit queries, no own-key rule: the kernel has no such mask)."""
+
+    def forward(self, x: torch.Tensor, rotations: torch.Tensor | None = None) -> torch.Tensor:
+        qk, v = heads(self, self.qk(x)), heads(self, self.v(x))   # (B*H, T, d_k)
+        k = F.normalize(qk, dim=-1)                               # (B*H, T, d_k)
+        o = F.scaled_dot_product_attention(qk[:, None], k[:, None], v[:, None],
+                                           is_causal=True)[:, 0]  # (B*H, T, d_k)
+        return merge(self, o)                                     # (B, T, D)
+
+
+class PreNorm(nn.Module):
+    """layer(LayerNorm(x)); a feed-forward layer runs in `n_chunks` chunks along T."""
+
+    def __init__(self, d: int, layer: nn.Module, n_chunks: int = 1):
+        super().__init__()
+        self.norm, self.layer, self.n_chunks = nn.LayerNorm(d), layer, n_chunks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm(x)
+        if self.n_chunks == 1:
+            return self.layer(x)
+        return chunked_feed_forward(self.layer, x, self.n_chunks)
+
+
+class ReformerLM(nn.Module):
+    """A character-level Reformer: axial positions, reversible blocks of (attention, chunked
+    feed-forward), attention `kinds` per block: "local", "lsh" (2 rounds, 2 max_len / chunk_len
+    buckets) or "sdpa" (exact)."""
+
+    def __init__(self, kinds: tuple[str, ...] = ("local", "lsh", "local", "lsh"), d: int = 64,
+                 heads: int = 4, chunk_len: int = 64, max_len: int = 2048, n_chunks: int = 4):
+        super().__init__()
+        side = 2 ** (max_len.bit_length() // 2)                   # grid: side x max_len / side
+        self.emb = nn.Embedding(VOCAB, d)
+        self.pos = AxialPositions((side, max_len // side), (d // 2, d // 2))
+        kind = {"local": LocalSelfAttention, "sdpa": SDPASelfAttention,
+                "lsh": lambda *a, **k: FixedRotations(LSHSelfAttention(*a, **k))}
+        n_buckets = 2 * max_len // chunk_len
+        self.attns = [kind[k](d, heads, n_buckets, chunk_len, n_hashes=2, causal=True)
+                      for k in kinds]
+        ffs = [nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in kinds]
+        self.stack = ReversibleStack([ReversibleBlock(PreNorm(d, a), PreNorm(d, ff, n_chunks))
+                                      for a, ff in zip(self.attns, ffs)])
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, VOCAB)
+
+    def resample(self) -> None:
+        """New LSH rotations, fixed until the next call: once per training step."""
+        for a in self.attns:
+            if isinstance(a, FixedRotations):
+                a.resample()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens) + self.pos(tokens.shape[1])          # (B, T, d)
+        y1, y2 = self.stack(h, h)
+        return self.head(self.norm(y1 + y2))                      # (B, T, VOCAB)
+
+
+def lm_loss(model: ReformerLM, window: torch.Tensor) -> torch.Tensor:
+    """Mean next-character cross-entropy (nats) of a (B, L + 1) window."""
+    model.resample()
+    logits = model(window[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, VOCAB), window[:, 1:].reshape(-1))
+
+
+def windows(docs: list, L: int, n: int, g: torch.Generator) -> torch.Tensor:
+    """n windows of L + 1 characters, each from a random place of a random document: (n, L + 1)."""
+    out = []
+    for _ in range(n):
+        text = docs[torch.randint(len(docs), (1,), generator=g).item()].text
+        start = torch.randint(len(text) - L - 1, (1,), generator=g).item()
+        out.append(encode(text[start:start + L + 1]))
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def eval_loss(model: ReformerLM, data: torch.Tensor) -> float:
+    """Mean loss over the rows of `data`, one window at a time (LSH rotations from seed 0)."""
+    torch.manual_seed(0)
+    return sum(lm_loss(model, row[None]).item() for row in data) / len(data)
+
+# %% tags=["skip-grading", "hide-input"]
+REF_L, REF_STEPS = 2048, 250
+train_docs, valid_docs = long_documents("train"), long_documents("valid")
+g = torch.Generator().manual_seed(0)
+valid_data = windows(valid_docs, REF_L, 8, g)                    # the same held-out windows
+ref_runs = {}
+for name, kinds in (("reformer", ("local", "lsh", "local", "lsh")), ("full", ("sdpa",) * 4)):
+    seed_everything(0)
+    model = ReformerLM(kinds)
+    data = torch.Generator().manual_seed(1)                      # the same training windows
+    start = time.perf_counter()
+    losses = train(model, lambda step: lm_loss(model, windows(train_docs, REF_L, 1, data)),
+                   TrainConfig(steps=REF_STEPS, lr=3e-3, desc=f"{name}, L = {REF_L}"))
+    ref_runs[name] = {"model": model, "losses": losses, "seconds": time.perf_counter() - start,
+                      "valid": eval_loss(model, valid_data)}
+    glue(f"ch08_ref_valid_{name}", ref_runs[name]["valid"])
+    glue(f"ch08_ref_train_{name}", sum(losses[-20:]) / 20)
+n_params = sum(p.numel() for p in ref_runs["reformer"]["model"].parameters())
+assert n_params == sum(p.numel() for p in ref_runs["full"]["model"].parameters())
+glue("ch08_ref_params", n_params)
+glue("ch08_ref_steps", REF_STEPS)
+glue("ch08_ref_valid_gap", ref_runs["reformer"]["valid"] - ref_runs["full"]["valid"])
+smooth = lambda xs: [sum(xs[max(0, i - 9):i + 1]) / len(xs[max(0, i - 9):i + 1])  # noqa: E731
+                     for i in range(len(xs))]
+for name, label in (("reformer", "Reformer (local + LSH)"), ("full", "exact attention (SDPA)")):
+    plt.plot(smooth(ref_runs[name]["losses"]),
+             label=f"{label}: held-out {ref_runs[name]['valid']:.3f}")
+plt.axhline(math.log(VOCAB), color="grey", ls=":", lw=1, label="uniform guess")
+plt.xlabel("step (one window of 2048 characters)")
+plt.ylabel("training loss (nats / char, mean of 10)")
+plt.legend(fontsize=8)
+plt.show()
+for name, r in ref_runs.items():
+    print(f"{name:8s}: {n_params:,d} parameters, {r['seconds']:.0f} s, last 20 steps "
+          f"{sum(r['losses'][-20:]) / 20:.3f}, held-out {r['valid']:.3f} nats/char")
+
+# %% [markdown]
+# Both models have {glue:text}`ch08_ref_params` parameters and saw the same
+# {glue:text}`ch08_ref_steps` training windows. On 8 held-out windows of the
+# validation documents, the Reformer's loss is
+# {glue:text}`ch08_ref_valid_reformer:.3f` nats per character and the exact
+# model's {glue:text}`ch08_ref_valid_full:.3f` (difference
+# {glue:text}`ch08_ref_valid_gap:+.3f`). This is one short run of one seed.
+# It shows that the assembled model trains on real text; it does not show
+# how far apart the two would end after a long training. The paper trained
+# far longer (enwik8, imagenet64) and reports, in its Section 5, that shared
+# query/keys and reversible layers cost no accuracy there, and that LSH
+# attention with 8 rounds nearly matches full attention.
+#
+# What the assembled model costs. Both models keep the same few tensors
+# across the whole forward pass, because the reversible stack stores no
+# block's activations: the embeddings, the stack's two outputs and the head.
+# The backward pass recomputes one block at a time, so at its peak it adds
+# the activations of one block. We count both with `saved_bytes` (activation
+# memory, untrained weights) at $L = 2048$ and $8192$. We also time one
+# training step (forward and backward) of the two trained models at
+# $L = 2048$, interleaved on one thread (`attnkit.walltime.compare`, 5 pairs).
+
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.walltime import compare  # noqa: E402
+
+
+def model_memory(kinds: tuple[str, ...], L: int) -> float:
+    """MiB autograd keeps for a training step of ReformerLM(kinds) at length L: the forward pass,
+    plus the largest block recomputed in the backward pass."""
+    seed_everything(0)
+    model = ReformerLM(kinds, max_len=L)
+    model.resample()
+    tokens = torch.randint(VOCAB, (1, L))
+    params = list(model.parameters())
+    kept = saved_bytes(lambda: model(tokens), exclude=params)
+    h = model.emb(tokens).detach() + model.pos(L).detach()
+    block = max(saved_bytes(lambda b=b: b(h, h), exclude=params) for b in model.stack.blocks)
+    return (kept + block) / MiB
+
+
+mem = {(name, L): model_memory(kinds, L) for L in (2048, 8192)
+       for name, kinds in (("reformer", ("local", "lsh", "local", "lsh")), ("full", ("sdpa",) * 4))}
+step_data = windows(train_docs, REF_L, 1, torch.Generator().manual_seed(2))
+full_t, ref_t, ratio = compare(lambda: lm_loss(ref_runs["full"]["model"], step_data).backward(),
+                               lambda: lm_loss(ref_runs["reformer"]["model"], step_data).backward(),
+                               repeat=5)
+for L in (2048, 8192):
+    print(f"L = {L}: Reformer {mem['reformer', L]:6.1f} MiB, "
+          f"exact attention (SDPA) {mem['full', L]:6.1f} MiB")
+    glue(f"ch08_ref_mem_{L}", mem["reformer", L])
+    glue(f"ch08_ref_mem_sdpa_{L}", mem["full", L])
+print(f"one training step at L = {REF_L}: Reformer {ref_t.median:.3f} s, "
+      f"exact {full_t.median:.3f} s, "
+      f"exact / Reformer {ratio.median:.2f} (interquartile range {ratio.spread:.2f})")
+glue("ch08_ref_step_ratio", ratio.median)
+glue("ch08_ref_step_ratio_spread", ratio.spread)
+glue("ch08_ref_step_s", ref_t.median)
+glue("ch08_ref_step_sdpa_s", full_t.median)
+
+# %% [markdown]
+# The Reformer keeps {glue:text}`ch08_ref_mem_8192:.0f` MiB at $L = 8192$ and
+# the exact model {glue:text}`ch08_ref_mem_sdpa_8192:.0f` MiB: with the fused
+# kernel, exact attention keeps less, as it did for one head in the
+# Experiment section. Reversible layers and chunking help both models alike;
+# LSH attention's rounds cost memory that the fused kernel does not. At
+# $L = 2048$ a training step of the exact model takes
+# {glue:text}`ch08_ref_step_ratio:.2f` times as long as the Reformer's (median
+# of 5 interleaved pairs on one thread, interquartile range
+# {glue:text}`ch08_ref_step_ratio_spread:.2f`). The time saving of LSH
+# attention against the fused kernel is a matter of longer $L$: at 8192 it
+# was faster in every run of the claims check, by a margin that the runs'
+# scatter swamps (see above). All of these figures are from this CPU; nothing on this page is
+# measured on a GPU.
+
+# %% [markdown]
 # ## Summary
 #
 # * Three places hold a Transformer's training memory: the $L^2$ attention
@@ -1800,18 +2175,35 @@ spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in R
 #   of look-back: $O(n_r L\,m)$ scores and memory, plus an $O(L \log L)$
 #   sort per round. Rounds are combined with softmax weights of their
 #   log-sum-exps; more rounds, smaller error, and more of the sequence seen.
-#   Exact attention with a fused kernel also avoids the $L^2$ memory; LSH's
-#   lasting edge over it is time at long $L$.
-# * **Reversible layers** rebuild their inputs from their outputs, so training
-#   memory is flat in depth, at the cost of recomputing every layer once.
+#   Exact attention with a fused kernel also avoids the $L^2$ memory, and
+#   keeps less than LSH attention at every length measured. On this CPU
+#   (one head, $D = 64$), LSH attention is faster than the written-out
+#   attention at $L = 4096$. Against the fused kernel at $L = 8192$ it was
+#   faster in every run, by less than the runs' scatter, so we do not claim
+#   it; on GPUs we claim nothing.
+# * **Reversible layers** rebuild their inputs from their outputs, so
+#   activation memory is flat in depth, at the cost of recomputing every
+#   layer once. Parameters, gradients and optimizer state still grow with
+#   depth.
 # * **Chunking** a position-wise layer along time cuts its peak memory and
 #   changes nothing else; in training it saves memory only if each chunk is
 #   recomputed and backpropagated on its own, which we did not build.
+# * **Local attention** attends to the own chunk and the one before, in the
+#   sequence's order; **axial position encodings** factor a position table
+#   of $L \cdot d$ numbers into two of $n_1 d_1 + n_2 d_2$.
+# * **One Reformer** (axial positions, reversible blocks, local and LSH
+#   attention, chunked feed-forward) trains on real documents at
+#   $L = 2048$, next to the same network with exact attention; the exact
+#   attention through the fused kernel keeps less memory.
 #
-# This chapter builds and measures the three fixes one by one; it never
-# assembles them into one Reformer, and so does not test the paper's
-# finding that shared QK and reversible layers cost no accuracy on its
-# tasks.
+# The attentions of this chapter, side by side:
+#
+# | attention, one head, length $L$, width $D$ | scores computed | kept for backward |
+# | --- | --- | --- |
+# | written out | $L^2$ | $L^2$ |
+# | exact, fused kernel (SDPA) | $L^2$ | $O(L D)$ |
+# | LSH, $n_r$ rounds, chunks of $m$ | $2 n_r L m$, plus $n_r$ sorts, $O(L \log L)$ each | $O(n_r L m)$ |
+# | local, chunks of $m$ | $2 L m$ | $O(L m)$ |
 #
 # ## Exercises
 #

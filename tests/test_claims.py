@@ -326,3 +326,43 @@ def test_a_low_rate_claim_is_read_on_every_run_its_wording_saw():
             for s in range(5, 20)]
     held = [{"implementation": "reference", "seed": s, "threads": 1, "figures": {"x": 0.0}} for s in range(20, 25)]
     assert "Its wording also saw seeds 5-19: ✓ 1 of 15 runs." in registry.badge(c, grid, held, seen)
+
+
+def _record(values: list[float]) -> dict:
+    """A record whose runs (reference, seeds 0.., 1 thread) have these `toy_time_ratio` figures."""
+    runs = [{"seed": s, "threads": 1, "figures": {"toy_time_ratio": v, "toy_std": 2.0}} for s, v in enumerate(values)]
+    return {"implementations": {"reference": {"runs": runs}},
+            "confirmation": {"held_out": [50], "implementations": {"reference": {"runs": [
+                {"seed": 50, "threads": 1, "figures": {"toy_time_ratio": 3.0, "toy_std": 2.0}}]}}}}
+
+
+def test_a_timing_claim_whose_spread_swamps_its_margin_fails(toy, capsys):
+    """Does a timing ratio that holds in every run still fail when its runs scatter more than its effect?"""
+    toy.write_text(toy.read_text() + '''
+# %% tags=["skip-grading", "hide-input"]
+claim("toy_time_faster", "The first call is slower than the second.", lambda g: g["toy_time_ratio"] > 1)
+claim("toy_not_timed", "The ratio is above 1.", lambda g: g["toy_std"] > 1)
+''')
+    steady = claims.check(TOY, _record([2.9, 3.0, 3.1, 3.2]))        # log margin 1.06, spread 0.098
+    assert not [p for p in steady if "toy_time_faster" in p]
+    wide = claims.check(TOY, _record([11.5, 27.0, 20.0]))            # a range of 15.5 but a factor 2.3 from 11.5 > 1
+    assert not [p for p in wide if "toy_time_faster" in p], "timings scatter by factors: measured on the log scale"
+    capsys.readouterr()
+    swamped = claims.check(TOY, _record([1.2, 3.0, 5.0, 2.5]))       # holds in every run; log margin 0.18, spread 1.43
+    out = capsys.readouterr().out
+    assert [p for p in swamped if "timing claim 'toy_time_faster'" in p and "spread 1.43" in p]
+    assert "FAIL toy_time_faster" in out and "(a timing: fails)" in out
+    assert not [p for p in swamped if "toy_not_timed" in p], "only claims reading a timing figure fail"
+
+
+def test_timing_figures_are_recognised_by_name():
+    assert all(claims.TIMING_FIGURE.search(n) for n in
+               ("ch08_time_sdpa_over_lsh_8192", "ch07_speedup_256", "time_full", "step_seconds"))
+    assert not any(claims.TIMING_FIGURE.search(n) for n in ("ch05_timestep_loss", "ch08_mem_lsh_8192", "lifetime"))
+
+
+def test_a_timing_slack_is_read_on_the_log_scale():
+    assert claims.log_slack(6.0, 2.0) == pytest.approx(1.0986, abs=1e-4)
+    assert claims.log_slack(-1.0, 2.0) == -3.0, "a sign change has no log: the plain difference"
+    fns = claims.slack_functions('claim("a", "t", lambda g: g["x_time"] > 2 and g["y"] < 4)\n', relative=True)
+    assert [f({"x_time": 6.0, "y": 2.0}) for _, f in fns["a"]] == pytest.approx([1.0986, 0.6931], abs=1e-4)
