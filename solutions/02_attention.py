@@ -1213,7 +1213,7 @@ attention_view(alphas[0, :len(rows)].cpu(), rows, list(source),
 # experiment: dropout of 0.2 on the embeddings and before the output layer,
 # since 2,925 training pairs are few for a model of about 0.9 million
 # parameters, and the training keeps the weights with the lowest validation
-# loss (checked every 250 steps).
+# loss (checked every 250 steps and at the last).
 #
 # **Equal compute.** With `attention=False` the decoder reads the fixed
 # context $c = [\overrightarrow{h}_S; \overleftarrow{h}_1]$, as in the
@@ -1483,8 +1483,9 @@ plt.show()
 # %% [markdown]
 # **Results.** Your short run reaches BLEU
 # {glue:text}`ch02_fr_short_bleu:.1f` after
-# {glue:text}`ch02_fr_short_steps` steps: it has learnt frequent words, not
-# yet sentences. The committed runs trained {glue:text}`ch02_fr_att_steps`
+# {glue:text}`ch02_fr_short_steps` steps, in
+# {glue:text}`ch02_fr_short_seconds:.0f` s on the machine that built this
+# page. The committed runs trained {glue:text}`ch02_fr_att_steps`
 # steps each, on the {glue:text}`ch02_fr_train_pairs` training pairs, in
 # {glue:text}`ch02_fr_att_seconds:.0f` s with attention and
 # {glue:text}`ch02_fr_noatt_seconds:.0f` s without (on the machine that
