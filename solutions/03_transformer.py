@@ -1396,8 +1396,15 @@ from attnkit.glue import glue
 from attnkit.train import TrainConfig, exact_match, train
 
 device = attnkit.pick_device()
-pairs = date_pairs(12000, generator=torch.Generator().manual_seed(1))
-train_pairs, test_pairs = pairs[:10000], pairs[10000:]
+pairs = date_pairs(14000, generator=torch.Generator().manual_seed(1))
+train_pairs = pairs[:10000]
+# The test set: the first 2000 later dates whose source occurs neither in train nor earlier in test
+seen = {s for s, _ in train_pairs}
+test_pairs = []
+for s, t in pairs[10000:]:
+    if s not in seen and len(test_pairs) < 2000:
+        seen.add(s)
+        test_pairs.append((s, t))
 src_vocab = Vocab.from_texts([s for s, _ in pairs])
 tgt_vocab = Vocab.from_texts([t for _, t in pairs])
 SRC = src_vocab.encode_batch([s for s, _ in train_pairs]).to(device)           # (N, S)
@@ -1427,6 +1434,34 @@ def smoothed_loss(model: Transformer, idx: torch.Tensor) -> float:
     with torch.no_grad():
         logits = model(SRC[idx], TGT[idx, :-1])                                  # (B, T, V)
         return float(label_smoothed_nll(logits, TGT[idx, 1:], eps=0.1, pad_id=tgt_vocab.pad_id))
+
+
+FIELD_WRITTEN = {t: f for f, ts in (("year", range(4)), ("month", (5, 6)), ("day", (8, 9)))
+                 for t in ts}                       # target position -> the field it writes
+
+
+def source_fields(source: str) -> list[str]:
+    """The field (day, month, year) of each character of `source`; a space joins the field before it."""
+    day, month, year = source.split(" ")
+    return ["day"] * (len(day) + 1) + ["month"] * (len(month) + 1) + ["year"] * len(year)
+
+
+def field_hits(model: Transformer, sources: list[str], targets: list[str]) -> list[int]:
+    """For each date, of the 8 digits written, how many have their own field as the source field
+    with the most last-layer cross-attention (mean of heads), the decoder reading the right prefix."""
+    src_ids = src_vocab.encode_batch(sources).to(device)                        # (B, S)
+    tgt_ids = tgt_vocab.encode_batch(targets, bos=True, eos=True).to(device)    # (B, 12)
+    with torch.no_grad():
+        model(src_ids, tgt_ids[:, :-1])
+    cross = model.decoder.layers[-1].cross_attn.attn.mean(1).cpu()              # (B, T, S)
+    hits = []
+    for b, source in enumerate(sources):
+        fields = source_fields(source)
+        weight = {f: cross[b, :, [i for i, x in enumerate(fields) if x == f]].sum(-1)
+                  for f in ("day", "month", "year")}                            # field -> (T,)
+        hits.append(sum(max(weight, key=lambda f: weight[f][t]) == f
+                        for t, f in FIELD_WRITTEN.items()))
+    return hits
 
 
 @experiment("03_transformer")
@@ -1478,6 +1513,9 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
     for key, search in searches.items():
         outputs = out[f"beam_{key}"] = beam_outputs(search)
         out[f"ch03_beam_{key}"] = 100 * exact_match(outputs, gold)
+    hits = field_hits(net, test_src[:50], test_tgt[:50])
+    out["ch03_field_hits_mean"] = sum(hits) / len(hits)
+    out["ch03_field_hits_all8"] = sum(h == len(FIELD_WRITTEN) for h in hits)
     wrong = [(o, t) for o, t in zip(out["beam_nbest1_k4"], gold) if o != t]
     out["ch03_nbest1_wrong"] = len(wrong)
     out["ch03_nbest1_cut"] = sum(len(o) < len(t) and t.startswith(o) for o, t in wrong)
@@ -1669,6 +1707,13 @@ glue("ch03_enc_within_max_head", int(within.argmax()))
 glue("ch03_enc_within_even", same_field.mean(-1).mean().item())
 print("encoder, last layer, share of each head's weight in the query's own field:",
       [f"{w:.2f}" for w in within.tolist()])
+
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.claims import claim
+
+claim("cross_attention_reads_the_field", "Over 50 test dates, the field of the source with the most "
+      "last-layer cross-attention (mean of the heads) is the field being written for more than 6 "
+      "of the 8 digits on average.", lambda g: g["ch03_field_hits_mean"] > 6)
 
 # %% [markdown]
 # Rows are queries, columns keys; the query in row $t$ is the one whose
