@@ -1642,19 +1642,22 @@ spread(rows, digits=1)
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("nbest1_below_greedy", "Chapter 1's rule with n_best=1 (beam 4) loses dates against greedy.",
-      lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"])
+claim("nbest1_below_greedy", "In 9 of 10 runs of each solution, chapter 1's rule with n_best=1 "
+      "(beam 4) loses dates against greedy.",
+      lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"], at_least=0.9)
 claim("nbest1_worse_when_wider", "With n_best=1, a beam of 8 scores no better than a beam of 2.",
       lambda g: g["ch03_beam_nbest1_k8"] <= g["ch03_beam_nbest1_k2"])
 claim("beam1_is_greedy", "The standard search at a beam of 1 scores the same as greedy decoding.",
       lambda g: g["ch03_beam_done_a06_k1"] == g["ch03_greedy_beamset"])
-claim("beam4_no_gain", "At a beam of 4 the standard search scores no more than greedy, and at most "
-      "two dates (5 points) fewer.", lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
-      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"])
-claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more "
-      "against the standard search than the standard search changes between beams 1 and 4.",
+claim("beam4_no_gain", "In 8 of 10 runs of each solution, at a beam of 4 the standard search "
+      "scores no more than greedy, and at most two dates (5 points) fewer.",
+      lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
+      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"], at_least=0.8)
+claim("stopping_rule_beats_width", "In 9 of 10 runs of each solution, at a beam of 4 chapter 1's "
+      "rule (n_best=1) loses more against the standard search than the standard search changes "
+      "between beams 1 and 4.",
       lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
-      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]))
+      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]), at_least=0.9)
 claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
       "reference that is not a prefix of it.",
       lambda g: g["ch03_nbest1_skip"] >= 1, at_least=0.2)
