@@ -2196,8 +2196,10 @@ rnn = Path(attnkit.__file__).parent / "checkpoints_data" / "02_attention" / "rnn
 if rnn.exists():
     rec = json.loads(rnn.read_text())
     line = (f"chapter 02's RNN with attention (its committed run, {rec['seconds']:.0f} s of training "
-            f"on {rec.get('device', 'the CPU')}): BLEU {rec['metrics']['test_bleu']:.1f}, "
-            f"chrF {rec['metrics']['test_chrf']:.1f}, greedy, the same test pairs")
+            f"on {rec.get('device', 'the CPU')}, {rec['log'][-1]['step']} steps): greedy BLEU "
+            f"{rec['metrics']['test_bleu']:.1f} ({rec['metrics']['test_bleu_low']:.1f} to "
+            f"{rec['metrics']['test_bleu_high']:.1f}), chrF {rec['metrics']['test_chrf']:.1f}, "
+            f"on the same test pairs")
 else:
     line = "chapter 02's RNN record (attnkit/checkpoints_data/02_attention/rnn_attention.json) is not in this checkout"
 print(line)
