@@ -420,8 +420,8 @@ print(mha.attn[1, :, :, 3:].abs().max())  # tensor(0.)  (no weight on padding)
 # **The fast path.** PyTorch ships the same computation as a fused kernel,
 # `torch.nn.functional.scaled_dot_product_attention`. On a GPU it picks
 # FlashAttention only without an explicit mask (or with `is_causal=True`);
-# with a boolean mask like ours it falls back to the memory-efficient kernel
-# or to the plain math. It does not return the weights, so it cannot fill
+# with a boolean mask like ours it uses another backend (memory-efficient,
+# cuDNN in newer builds, or the plain math). It does not return the weights, so it cannot fill
 # `self.attn`, but with the same projections it must give the same output.
 # We check that here; `benchmarks/bench_03_attention.py` compares the speed.
 
@@ -532,8 +532,13 @@ plt.show()
 # their dot products: $PE_t \cdot PE_s = \sum_k \big(\sin \omega_k t \sin
 # \omega_k s + \cos \omega_k t \cos \omega_k s\big) = \sum_k \cos \omega_k
 # (t - s)$ depends only on the offset $t - s$, is largest at offset 0 and
-# falls off, with ripples, as the offset grows. Once projected into
-# queries and keys, such vectors give attention a notion of distance.
+# falls off, with ripples, as the offset grows. This holds for the raw
+# codes only. Attention scores projected codes,
+# $PE_t^\top W_Q^\top W_K PE_s$, and for general $W_Q$, $W_K$ that depends on
+# $t$ and $s$ separately, with content-position cross terms on top. The raw
+# product is also the same for offsets $+k$ and $-k$, so it cannot tell
+# before from after. RoPE, below, restores an offset-only score after the
+# projections.
 
 # %% tags=["skip-grading", "hide-input"]
 pe64 = sinusoidal_positional_encoding(64, 64)                                  # (64, 64)
@@ -906,12 +911,12 @@ print(dec_layer.self_attn.attn[0, 0])   # the causal mask at work: position t at
 # experiment below (the same model, but 800 steps with a 200-step warm-up;
 # the experiment uses 300 and 100) with both inits,
 # $\mathcal N(0, d_\text{model}^{-1})$ and $\mathcal N(0, 1)$, for seeds 0
-# and 1, and prints the greedy exact match of each on the 2000 held-out
-# dates. Run once on 2026-11-23 (CPU, one thread, not run here): with
-# $\mathcal N(0, d_\text{model}^{-1})$ 99.6% and 99.9% (seeds 0 and 1), with
-# $\mathcal N(0, 1)$ 75.1% and 73.9%. A model with the large init has to
-# learn to shrink its embeddings before it can read where the digits are,
-# and within these 800 steps it does not catch up.
+# and 1, and prints the greedy exact match of each on the 2000 test
+# dates. This page does not run it (four 800-step runs), so it states no
+# figure from it: run it to see the gap on your machine. Why a large init
+# should cost accuracy is a hypothesis the benchmark does not test: the
+# position signal is eight times smaller than the token signal, so the
+# model must first shrink its embeddings to read where the digits are.
 
 # %% nbgrader={"grade": false, "grade_id": "Encoder", "locked": false, "schema_version": 3, "solution": true}
 class Encoder(nn.Module):
@@ -1381,8 +1386,11 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 #
 # The experiment is a function `dates(seed, threads)`: it sets the thread
 # count, and its seed sets the initial weights, the dropout masks and the
-# batches; the 12 000 dates and their split (10 000 for training, 2000 for
-# testing) are fixed. The page runs seed 0 on one thread. The claims check
+# batches; the dates and their split are fixed. The first 10 000 of 14 000
+# generated dates are for training. The test set is the first 2000 later
+# dates whose source string occurs neither in training nor earlier in the
+# test set, so no test date was seen in training (a plain cut at 10 000
+# would leave 24% of the test dates among the training pairs). The page runs seed 0 on one thread. The claims check
 # runs seeds 0 to 4 on one and two threads, with this solution and with an
 # independent one, and the tables below show the spread: the thread count
 # alone changes the trained weights after a few steps, and with them the
@@ -1396,8 +1404,15 @@ from attnkit.glue import glue
 from attnkit.train import TrainConfig, exact_match, train
 
 device = attnkit.pick_device()
-pairs = date_pairs(12000, generator=torch.Generator().manual_seed(1))
-train_pairs, test_pairs = pairs[:10000], pairs[10000:]
+pairs = date_pairs(14000, generator=torch.Generator().manual_seed(1))
+train_pairs = pairs[:10000]
+# The test set: the first 2000 later dates whose source occurs neither in train nor earlier in test
+seen = {s for s, _ in train_pairs}
+test_pairs = []
+for s, t in pairs[10000:]:
+    if s not in seen and len(test_pairs) < 2000:
+        seen.add(s)
+        test_pairs.append((s, t))
 src_vocab = Vocab.from_texts([s for s, _ in pairs])
 tgt_vocab = Vocab.from_texts([t for _, t in pairs])
 SRC = src_vocab.encode_batch([s for s, _ in train_pairs]).to(device)           # (N, S)
@@ -1427,6 +1442,34 @@ def smoothed_loss(model: Transformer, idx: torch.Tensor) -> float:
     with torch.no_grad():
         logits = model(SRC[idx], TGT[idx, :-1])                                  # (B, T, V)
         return float(label_smoothed_nll(logits, TGT[idx, 1:], eps=0.1, pad_id=tgt_vocab.pad_id))
+
+
+FIELD_WRITTEN = {t: f for f, ts in (("year", range(4)), ("month", (5, 6)), ("day", (8, 9)))
+                 for t in ts}                       # target position -> the field it writes
+
+
+def source_fields(source: str) -> list[str]:
+    """The field (day, month, year) of each character of `source`; a space joins the field before it."""
+    day, month, year = source.split(" ")
+    return ["day"] * (len(day) + 1) + ["month"] * (len(month) + 1) + ["year"] * len(year)
+
+
+def field_hits(model: Transformer, sources: list[str], targets: list[str]) -> list[int]:
+    """For each date, of the 8 digits written, how many have their own field as the source field
+    with the most last-layer cross-attention (mean of heads), the decoder reading the right prefix."""
+    src_ids = src_vocab.encode_batch(sources).to(device)                        # (B, S)
+    tgt_ids = tgt_vocab.encode_batch(targets, bos=True, eos=True).to(device)    # (B, 12)
+    with torch.no_grad():
+        model(src_ids, tgt_ids[:, :-1])
+    cross = model.decoder.layers[-1].cross_attn.attn.mean(1).cpu()              # (B, T, S)
+    hits = []
+    for b, source in enumerate(sources):
+        fields = source_fields(source)
+        weight = {f: cross[b, :, [i for i, x in enumerate(fields) if x == f]].sum(-1)
+                  for f in ("day", "month", "year")}                            # field -> (T,)
+        hits.append(sum(max(weight, key=lambda f: weight[f][t]) == f
+                        for t, f in FIELD_WRITTEN.items()))
+    return hits
 
 
 @experiment("03_transformer")
@@ -1478,6 +1521,9 @@ def dates(seed: int = 0, threads: int = 1) -> dict:
     for key, search in searches.items():
         outputs = out[f"beam_{key}"] = beam_outputs(search)
         out[f"ch03_beam_{key}"] = 100 * exact_match(outputs, gold)
+    hits = field_hits(net, test_src[:50], test_tgt[:50])
+    out["ch03_field_hits_mean"] = sum(hits) / len(hits)
+    out["ch03_field_hits_all8"] = sum(h == len(FIELD_WRITTEN) for h in hits)
     wrong = [(o, t) for o, t in zip(out["beam_nbest1_k4"], gold) if o != t]
     out["ch03_nbest1_wrong"] = len(wrong)
     out["ch03_nbest1_cut"] = sum(len(o) < len(t) and t.startswith(o) for o, t in wrong)
@@ -1505,7 +1551,7 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 
 # %% [markdown]
 # After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
-# 2000 held-out dates exactly right with greedy decoding, and over 80% in
+# 2000 test dates exactly right with greedy decoding, and over 80% in
 # every run of the claims check (the table above gives the spread).
 # (The training took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
 # the time depends on the machine and on what else it runs.) With label
@@ -1528,7 +1574,7 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("greedy_over_90", "After 300 steps, greedy decoding gets over 80% of the held-out dates "
+claim("greedy_over_90", "After 300 steps, greedy decoding gets over 80% of the test dates "
       "right.",
       lambda g: g["ch03_greedy_exact"] > 80)
 claim("loss_near_floor", "The training loss ends within 0.08 of its floor.",
@@ -1591,32 +1637,37 @@ spread(rows, digits=1)
 # beam until no live hypothesis can win, scores
 # {glue:text}`ch03_beam_done_a06_k1:.1f`% at a beam of 1, the same as greedy
 # decoding in every run of the check, and
-# {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: never more than
-# greedy, and at most two dates fewer. On this task the stopping rule
-# matters more than the width: in every run, chapter 1's rule at a beam
+# {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: in 8 of 10 runs
+# of each solution no more than greedy, and at most two dates fewer. On
+# this task the stopping rule matters more than the width: in 9 of 10 runs
+# of each solution, chapter 1's rule at a beam
 # of 4 loses more dates against the standard search at the same width than
 # the standard search loses or gains by going from a beam of 1 to 4. The
 # standard search gains nothing here from a wider beam over greedy
 # decoding. Beam search's gains show on real translation, where
 # the locally best word is often not on the best path (the paper's beam of
-# 4 with $\alpha = 0.6$ was tuned on English-German development data).
+# 4 with $\alpha = 0.6$ was "chosen after experimentation on the
+# development set").
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("nbest1_below_greedy", "Chapter 1's rule with n_best=1 (beam 4) loses dates against greedy.",
-      lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"])
+claim("nbest1_below_greedy", "In 9 of 10 runs of each solution, chapter 1's rule with n_best=1 "
+      "(beam 4) loses dates against greedy.",
+      lambda g: g["ch03_beam_nbest1_k4"] < g["ch03_greedy_beamset"], at_least=0.9)
 claim("nbest1_worse_when_wider", "With n_best=1, a beam of 8 scores no better than a beam of 2.",
       lambda g: g["ch03_beam_nbest1_k8"] <= g["ch03_beam_nbest1_k2"])
 claim("beam1_is_greedy", "The standard search at a beam of 1 scores the same as greedy decoding.",
       lambda g: g["ch03_beam_done_a06_k1"] == g["ch03_greedy_beamset"])
-claim("beam4_no_gain", "At a beam of 4 the standard search scores no more than greedy, and at most "
-      "two dates (5 points) fewer.", lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
-      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"])
-claim("stopping_rule_beats_width", "At a beam of 4, chapter 1's rule (n_best=1) loses more "
-      "against the standard search than the standard search changes between beams 1 and 4.",
+claim("beam4_no_gain", "In 8 of 10 runs of each solution, at a beam of 4 the standard search "
+      "scores no more than greedy, and at most two dates (5 points) fewer.",
+      lambda g: g["ch03_greedy_beamset"] - 5 - 1e-9
+      <= g["ch03_beam_done_a06_k4"] <= g["ch03_greedy_beamset"], at_least=0.8)
+claim("stopping_rule_beats_width", "In 9 of 10 runs of each solution, at a beam of 4 chapter 1's "
+      "rule (n_best=1) loses more against the standard search than the standard search changes "
+      "between beams 1 and 4.",
       lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
-      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]))
+      > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]), at_least=0.9)
 claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
       "reference that is not a prefix of it.",
       lambda g: g["ch03_nbest1_skip"] >= 1, at_least=0.2)
@@ -1656,6 +1707,10 @@ by_field = {f: cross_attn.mean(0)[:, [i for i, x in enumerate(field_of_source) i
 read = {t: max(by_field, key=lambda f: by_field[f][t]) for t in field_written}
 glue("ch03_heads_field_hits", sum(read[t] == f for t, f in field_written.items()))
 glue("ch03_heads_digits", len(field_written))
+glue("ch03_field_hits_mean", run["ch03_field_hits_mean"])
+glue("ch03_field_hits_all8", run["ch03_field_hits_all8"])
+print(f"over 50 test dates: {run['ch03_field_hits_mean']:.2f} of 8 digits on average, all 8 "
+      f"for {run['ch03_field_hits_all8']} dates")
 print("while writing the year, month and day digits, most cross-attention on:",
       [read[t] for t in field_written])
 # The encoder's last layer: the share of each head's weight that stays in the query's own field
@@ -1670,6 +1725,13 @@ glue("ch03_enc_within_even", same_field.mean(-1).mean().item())
 print("encoder, last layer, share of each head's weight in the query's own field:",
       [f"{w:.2f}" for w in within.tolist()])
 
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.claims import claim
+
+claim("cross_attention_reads_the_field", "Over 50 test dates, the field of the source with the most "
+      "last-layer cross-attention (mean of the heads) is the field being written for more than 6 "
+      "of the 8 digits on average.", lambda g: g["ch03_field_hits_mean"] > 6)
+
 # %% [markdown]
 # Rows are queries, columns keys; the query in row $t$ is the one whose
 # output predicts the *next* character. The cross-attention heads show the
@@ -1678,7 +1740,10 @@ print("encoder, last layer, share of each head's weight in the query's own field
 # the *start* of the source. In this run, averaged over the heads of the
 # last layer, the field of the source with the most weight is the field
 # being written for {glue:text}`ch03_heads_field_hits` of the
-# {glue:text}`ch03_heads_digits` digits (the printed line above). The
+# {glue:text}`ch03_heads_digits` digits (the printed line above). Over the
+# first 50 test dates it is the field being written for
+# {glue:text}`ch03_field_hits_mean:.2f` of the 8 digits on average in this
+# run, and for more than 6 in every run of the claims check. The
 # decoder's self-attention
 # is lower-triangular, as the causal mask demands. The encoder's heads are
 # harder to read, and in this run none keeps to one field (day, month
@@ -1713,7 +1778,9 @@ attention_view(cross_all, tgt_tokens, src_tokens,
 # at initialisation the gradients of the parameters near the output of a
 # post-norm Transformer are large, and do not shrink with depth as
 # pre-norm's do; a large learning rate on them is unstable early in
-# training, which is what the warm-up is for, and pre-norm can be trained
+# training, which is one explanation of the warm-up (another is the
+# high variance of Adam's adaptive step in the first steps, Liu et al.
+# 2019, RAdam; the paper gives none), and pre-norm can be trained
 # without it. (The picture of the identity path is closer to Liu et al.'s
 # analysis, below.) We test that on a 4-layer encoder-only model that tags
 # each position of a random string of 10 digits with the digit at the
@@ -1941,7 +2008,252 @@ plt.show()
 # and adds relative positions; its attention over segment plus memory is
 # still quadratic. Reformer {cite}`kitaev2020` (chapter 8) attacks the
 # quadratic cost itself, with locality-sensitive hashing.
+
+# %% [markdown]
+# ### The Transformer translates: English to French
 #
+# **What the paper reached.** On WMT 2014 English-German (4.5 million
+# sentence pairs) the big Transformer scored 28.4 BLEU, and on
+# English-French (36 million pairs) 41.8, the best single models of their
+# time. The base model trained for 12 hours on 8 NVIDIA P100 GPUs (100,000
+# steps), the big one for 3.5 days (300,000 steps) {cite}`vaswani2017`.
+#
+# **What a laptop-sized run reaches.** The same code translates real
+# sentences here, at a scale a CPU affords in a minute. The data are
+# chapter 02's: `attnkit.corpora.parallel("fr")`, messages of software
+# interfaces (Sphinx, JupyterLab) translated into French by people, with
+# the same fixed splits, the same joint byte-pair encoding of 2,000 pieces
+# (`attnkit.subwords.translation_bpe("fr", 2000)`), training pairs over 40
+# pieces left out, and the same 387 test pairs scored by sacreBLEU
+# (`attnkit.metrics`, 95% bootstrap intervals). So the BLEU below compares
+# with chapter 02's. The training set has 2,925 pairs, about 1,500 times
+# fewer than the paper's German one, and the model has under a million
+# parameters, against 65 million for the base model.
+#
+# Three parts of the paper's recipe appear here for the first time:
+#
+# * **Shared embeddings.** One BPE covers both languages, so one matrix
+#   can serve as source embedding, target embedding and output layer
+#   (`tie_embeddings`), as in the paper. Its rows are drawn from
+#   $\mathcal N(0, d_\text{model}^{-1})$ by `Transformer`, the scale the
+#   output layer needs, and the $\sqrt{d_\text{model}}$ factor brings them
+#   to the scale of the positions.
+# * **Token-based batching.** The paper's batches hold about 25,000 source
+#   and 25,000 target tokens, not a fixed number of sentences.
+#   `token_batches` sorts the pairs by length and cuts them so that rows
+#   times the longest row stays under a budget (here 1,200 pieces a side,
+#   padding included). Short sentences come in large batches, long ones in
+#   small batches, and little compute goes to padding.
+# * **Checkpoint averaging.** The paper's base models average the last 5
+#   checkpoints, written 10 minutes apart. `fit` keeps the weights at its
+#   last 5 reports and ends with their mean.
+
+# %% tags=["skip-grading"]
+import copy
+
+from attnkit import corpora
+from attnkit.metrics import bleu, chrf
+from attnkit.subwords import BOS, EOS, PAD, translation_bpe
+
+TOK = translation_bpe("fr", 2000)        # chapter 02's: one BPE for English and French
+MAX_PIECES = 40                          # longer training pairs are left out, as in chapter 02
+FR_TRAIN = [(TOK.encode(p.src), TOK.encode(p.tgt, bos=True, eos=True))
+            for p in corpora.parallel("fr", "train")]
+FR_TRAIN = [(x, y) for x, y in FR_TRAIN if len(x) <= MAX_PIECES and len(y) <= MAX_PIECES + 2]
+FR_VALID, FR_TEST = corpora.parallel("fr", "valid"), corpora.parallel("fr", "test")
+MT = dict(d_model=128, n_heads=4, d_ff=256, n_layers=2, dropout=0.3)
+
+
+def pad(rows: list[list[int]]) -> torch.Tensor:
+    """Lists of ids -> (B, longest) long, PAD after each row's end."""
+    out = torch.full((len(rows), max(map(len, rows))), PAD)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r)
+    return out
+
+
+def token_batches(pairs: list, max_tokens: int, gen: torch.Generator):
+    """Endless batches of at most `max_tokens` pieces a side, padding included: the pairs sorted
+    by length and cut so that rows x longest row <= max_tokens, the batches shuffled each pass."""
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))
+    batches, batch, longest = [], [], 0
+    for i in order:
+        n = max(len(pairs[i][0]), len(pairs[i][1]))
+        if batch and max(longest, n) * (len(batch) + 1) > max_tokens:
+            batches.append(batch)
+            batch, longest = [], 0
+        batch.append(i)
+        longest = max(longest, n)
+    batches.append(batch)
+    while True:
+        for k in torch.randperm(len(batches), generator=gen).tolist():
+            yield [pairs[i] for i in batches[k]]
+
+
+def tie_embeddings(model: Transformer) -> Transformer:
+    """The paper's three-way tying: one matrix for both embeddings and the output layer."""
+    model.tgt_embed.weight = model.src_embed.weight
+    model.out.weight = model.src_embed.weight
+    return model
+
+
+def build_mt() -> Transformer:
+    torch.manual_seed(0)                                                # the initial weights
+    return tie_embeddings(Transformer(TOK.vocab_size, TOK.vocab_size, pad_id=PAD, **MT))
+
+
+@torch.no_grad()
+def translate_mt(model: Transformer, sentences: list[str], beam: int = 0, batch: int = 50) -> list[str]:
+    """Greedy (beam=0) or beam_search_until_done (alpha 0.6) translations, at most 1.5 times the
+    source's pieces plus 10; sentences of similar length are decoded together."""
+    model.eval()
+    ids = [TOK.encode(x) for x in sentences]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = [""] * len(ids)
+    for b in range(0, len(order), batch):
+        chunk = order[b:b + batch]
+        if beam:
+            rows = [beam_search_until_done(model, pad([ids[i]]), BOS, EOS, beam,
+                                           int(1.5 * len(ids[i])) + 10, 0.6)[0] for i in chunk]
+        else:
+            src = pad([ids[i] for i in chunk])                                         # (B, S)
+            ys = transformer_greedy_decode(model, src, BOS, EOS, int(1.5 * src.shape[1]) + 10)
+            rows = ys[:, 1:].tolist()                                                 # BOS dropped
+        for i, r in zip(chunk, rows):
+            out[i] = TOK.decode(r[:r.index(EOS)] if EOS in r else r)
+    return out
+
+
+@torch.no_grad()
+def valid_loss(model: Transformer) -> float:
+    """Teacher-forced cross-entropy per target piece on the validation pairs (no smoothing)."""
+    model.eval()
+    total, n = 0.0, 0
+    for i in range(0, len(FR_VALID), 100):
+        src = pad([TOK.encode(p.src) for p in FR_VALID[i:i + 100]])                   # (B, S)
+        tgt = pad([TOK.encode(p.tgt, bos=True, eos=True) for p in FR_VALID[i:i + 100]])
+        logits = model(src, tgt[:, :-1])                                               # (B, T, V)
+        total += F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD,
+                                 reduction="sum").item()
+        n += int((tgt[:, 1:] != PAD).sum())
+    return total / n
+
+
+def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 300,
+        average: int = 5, report: int = 50, seed: int = 0, threads: int = 1) -> list[dict]:
+    """The paper's recipe (label smoothing 0.1, Adam 0.9/0.98/1e-9, noam_lr) on token batches,
+    gradients clipped at 1.0; the weights are kept every `report` steps, and the model ends with
+    the mean of the last `average` kept (checkpoint averaging)."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)                                             # the dropout masks
+    stream = token_batches(FR_TRAIN, max_tokens, torch.Generator().manual_seed(seed))
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    log, kept, started = [], [], time.perf_counter()
+    for step in range(1, steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = noam_lr(step, model.d_model, warmup)
+        pairs = next(stream)
+        src, tgt = pad([x for x, _ in pairs]), pad([y for _, y in pairs])             # (B, S), (B, T + 1)
+        model.train()
+        loss = label_smoothed_nll(model(src, tgt[:, :-1]), tgt[:, 1:], eps=0.1, pad_id=PAD)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % report == 0 or step == steps:
+            kept = (kept + [copy.deepcopy(model.state_dict())])[-average:]
+            log.append({"step": step, "loss": loss.item(), "seconds": time.perf_counter() - started})
+    log[-1]["last_valid_loss"] = valid_loss(model)
+    model.load_state_dict({k: sum(s[k] for s in kept) / len(kept) for k in kept[0]})
+    log[-1]["averaged_valid_loss"] = valid_loss(model)
+    return log
+
+
+# %% tags=["skip-grading", "hide-input"]
+import json
+from pathlib import Path
+
+mt = build_mt()
+mt_log = fit(mt, steps=500)                                   # your short run, about a CPU-minute
+glue("ch03_mt_pairs", len(FR_TRAIN))
+glue("ch03_mt_params", sum(p.numel() for p in mt.parameters()))
+glue("ch03_mt_steps", mt_log[-1]["step"])
+glue("ch03_mt_seconds", mt_log[-1]["seconds"])
+glue("ch03_mt_last_valid", mt_log[-1]["last_valid_loss"])
+glue("ch03_mt_avg_valid", mt_log[-1]["averaged_valid_loss"])
+sources, refs = [p.src for p in FR_TEST], [p.tgt for p in FR_TEST]
+systems = {"copy the source": sources, "Transformer, greedy": translate_mt(mt, sources),
+           "Transformer, beam 4": translate_mt(mt, sources, beam=4)}
+scores = {name: (bleu(hyps, refs), chrf(hyps, refs)) for name, hyps in systems.items()}
+for name, (b, c) in scores.items():
+    print(f"{name:22s} {b}\n{'':22s} {c}")
+for key, name in (("copy", "copy the source"), ("greedy", "Transformer, greedy"),
+                  ("beam", "Transformer, beam 4")):
+    b, c = scores[name]
+    glue(f"ch03_mt_{key}_bleu", b.score), glue(f"ch03_mt_{key}_bleu_low", b.low)
+    glue(f"ch03_mt_{key}_bleu_high", b.high), glue(f"ch03_mt_{key}_chrf", c.score)
+rnn = Path(attnkit.__file__).parent / "checkpoints_data" / "02_attention" / "rnn_attention.json"
+if rnn.exists():
+    rec = json.loads(rnn.read_text())
+    line = (f"chapter 02's RNN with attention (its committed run, {rec['seconds']:.0f} s of training "
+            f"on {rec.get('device', 'the CPU')}, {rec['log'][-1]['step']} steps): greedy BLEU "
+            f"{rec['metrics']['test_bleu']:.1f} ({rec['metrics']['test_bleu_low']:.1f} to "
+            f"{rec['metrics']['test_bleu_high']:.1f}), chrF {rec['metrics']['test_chrf']:.1f}, "
+            f"on the same test pairs")
+else:
+    line = "chapter 02's RNN record (attnkit/checkpoints_data/02_attention/rnn_attention.json) is not in this checkout"
+print(line)
+glue("ch03_mt_rnn_line", line)
+print()
+for i in (0, 1, 6, 7, 20, 40):
+    print(f"EN  {sources[i]}\nFR  {refs[i]}\nout {systems['Transformer, greedy'][i]}\n")
+
+# %% [markdown]
+# In this run the short run trained
+# {glue:text}`ch03_mt_params:,.0f` parameters for
+# {glue:text}`ch03_mt_steps` steps in {glue:text}`ch03_mt_seconds:.0f` s on
+# one thread. On the 387 test pairs, greedy decoding scores
+# {glue:text}`ch03_mt_greedy_bleu:.1f` BLEU (95% interval
+# {glue:text}`ch03_mt_greedy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_greedy_bleu_high:.1f`), beam search with 4 beams and
+# $\alpha = 0.6$ {glue:text}`ch03_mt_beam_bleu:.1f`
+# ({glue:text}`ch03_mt_beam_bleu_low:.1f` to
+# {glue:text}`ch03_mt_beam_bleu_high:.1f`), and copying the English source
+# {glue:text}`ch03_mt_copy_bleu:.1f`
+# ({glue:text}`ch03_mt_copy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_copy_bleu_high:.1f`): software messages share names,
+# numbers and placeholders between the languages, so copying is not zero.
+# Compare systems by their intervals, not their point scores. Chapter 02's
+# line is printed above: {glue:text}`ch03_mt_rnn_line`. Its training time
+# and this run's were both measured on this shared 2-core machine under
+# different loads, so "equal wall time" holds only roughly; the two are
+# compared as BLEU reached for the seconds each trained, in one run each.
+# Checkpoint averaging: the validation loss of the last weights is
+# {glue:text}`ch03_mt_last_valid:.3f` nats per piece, of the mean of the
+# last five kept {glue:text}`ch03_mt_avg_valid:.3f`, in this run.
+#
+# Why so far below the paper's 41.8: 1,500 times less data, a model 70
+# times smaller, and a minute of one CPU core against 12 hours on eight
+# GPUs. A committed longer run (`@checkpoint`) is not part of this page yet.
+#
+# The cross-attention of the last decoder layer, every head, on two test
+# sentences, the decoder reading its own greedy output: each row is a
+# French piece being predicted, each column an English piece.
+
+# %% tags=["skip-grading", "hide-input"]
+for i in (1, 7):
+    src_ids = pad([TOK.encode(sources[i])])                                           # (1, S)
+    out_ids = transformer_greedy_decode(mt, src_ids, BOS, EOS, int(1.5 * src_ids.shape[1]) + 10)
+    with torch.no_grad():
+        mt(src_ids, out_ids[:, :-1])
+    cross = mt.decoder.layers[-1].cross_attn.attn[0].cpu()                            # (H, T, S)
+    rows = ["<s>"] + [TOK.hf.id_to_token(int(t)) for t in out_ids[0, 1:-1]]
+    cols = TOK.pieces(sources[i])
+    heatmap_grid(list(cross[:, :len(rows)]), [f"cross-attention, head {h}" for h in range(len(cross))],
+                 rows, cols)
+    plt.show()
+
+# %% [markdown]
 # ## Summary
 #
 # * Scaled dot-product attention, $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$,
