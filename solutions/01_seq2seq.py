@@ -1517,10 +1517,9 @@ for k in (4, 8):
 #   sums). Of the outputs that beam search changed at $k = 16$,
 #   {glue:text}`ch01_fixed_k16` became right, and
 #   {glue:text}`ch01_broken_k16` that greedy decoding had right became
-#   wrong; the table above has these counts over all runs. So beam search
-#   changes a few outputs, and the change can go either way: where the
-#   model is wrong, a more probable
-#   output under the same wrong model is not reliably the right one. In
+#   wrong; the table above has these counts over all runs. Beam search
+#   fixes some outputs and breaks others: where the model is wrong, a more
+#   probable output is not reliably the right one. In
 #   translation, too, the gains of beam search over greedy decoding are
 #   small, typically a BLEU point or two, and quality falls again for very
 #   wide beams {cite}`koehn2017six`.
@@ -1545,9 +1544,8 @@ for k in (4, 8):
 #   {glue:text}`ch01_em_k8_nb1:.0f`% at $k = 8$ (the printed table; $k = 4$
 #   and 8 are measured on this run only). At $k = 2$ the claims check's
 #   runs differ from greedy's by {glue:text}`ch01_k2_nb1_lo:+.0f` to
-#   {glue:text}`ch01_k2_nb1_hi:+.0f` points, so one run does not say
-#   whether $k = 2$ already costs accuracy; at $k = 16$ exact match
-#   collapses in every run. With $k = 16$, wider than the 12 tokens of the vocabulary,
+#   {glue:text}`ch01_k2_nb1_hi:+.0f` points: no consistent cost. At
+#   $k = 16$ exact match collapses in every run. With $k = 16$, wider than the 12 tokens of the vocabulary,
 #   every extension of `<bos>` is kept at the first step: the 8 letters,
 #   `<eos>`, and the three banned tokens with score $-\infty$. `<eos>` is
 #   among them, so the search stops at once and returns the empty string:
@@ -1722,7 +1720,8 @@ claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per
 # builds BPE). A frequent word is one piece (`Open a file` is `▁Open ▁a
 # ▁file`); a rare word is cut into a few, so no word is out of the
 # vocabulary. Characters would make the sequences several times longer for
-# the GRUs; whole words would leave many test words unseen. BLEU is computed
+# the GRUs; a vocabulary of whole words has no entry for a word that
+# training never showed. BLEU is computed
 # on the detokenised text, so the choice of pieces does not enter the score.
 #
 # **Model.** Your chapter's `Seq2Seq`, with embedding 96, hidden 128 and
@@ -1731,7 +1730,8 @@ claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per
 # the class out again as `Translator`, because a checkpoint cell must hold
 # everything it runs, and adds dropout (0.3 on the embeddings and on
 # $[s_t; c]$) in training: with three thousand pairs the model otherwise
-# learns the training set by heart within a few hundred steps. Dropout has
+# soon learns the training pairs by heart, and its validation loss rises
+# early. Dropout has
 # no weights, so the page loads the trained weights into a `Seq2Seq` and
 # checks that both give the same logits.
 #
