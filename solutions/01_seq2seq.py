@@ -2000,8 +2000,8 @@ display(Markdown(
 # source position at every step.
 #
 # Your `corpus_bleu`, given sacreBLEU's `13a` tokens of the longer run's
-# outputs, returns sacreBLEU's score: the two differ by
-# {glue:text}`ch01_fr_ours_diff:.1e`. Gradient clipping fired on
+# outputs, returns sacreBLEU's score (the difference is
+# {glue:text}`ch01_fr_ours_diff:.1g`). Gradient clipping fired on
 # {glue:text}`ch01_fr_clipped_total` of the longer run's
 # {glue:text}`ch01_fr_long_steps:,.0f` steps, {glue:text}`ch01_fr_clipped_early`
 # of them in the first 500; the largest global norm was
@@ -2126,10 +2126,12 @@ for (k, norm), run in sweep.items():
     glue(f"ch01_fr_{tag}_bleu", b.score), glue(f"ch01_fr_{tag}_bleu_lo", b.low)
     glue(f"ch01_fr_{tag}_bleu_hi", b.high)
 display(Markdown("\n".join(rows)))
-glue("ch01_fr_ref_mean_log_p", sum(ref_log_p) / len(SW_SRC))
+finite = [lp for lp in ref_log_p if lp > -math.inf]     # a reference with <unk> has log p = -inf
+glue("ch01_fr_ref_mean_log_p", sum(finite) / len(finite))
+glue("ch01_fr_ref_unk", len(ref_log_p) - len(finite))
 glue("ch01_fr_sweep_cpu", sweep_cpu)
-print(f"{len(SW_SRC)} test sentences; the reference's mean log p: "
-      f"{sum(ref_log_p) / len(SW_SRC):.2f}; "
+print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
+      f"{sum(finite) / len(finite):.2f} (without the {len(ref_log_p) - len(finite)} holding <unk>); "
       f"the sweep took {sweep_cpu:.0f} CPU-seconds")
 
 # %% [markdown]
@@ -2137,8 +2139,11 @@ print(f"{len(SW_SRC)} test sentences; the reference's mean log p: "
 # of the output rises from {glue:text}`ch01_fr_k1_raw_mean_log_p:.2f`
 # (greedy) to {glue:text}`ch01_fr_k4_raw_mean_log_p:.2f` at $k = 4$,
 # {glue:text}`ch01_fr_k16_raw_mean_log_p:.2f` at 16 and
-# {glue:text}`ch01_fr_k64_raw_mean_log_p:.2f` at 64 (the references average
-# {glue:text}`ch01_fr_ref_mean_log_p:.2f`). Search errors are rare: greedy
+# {glue:text}`ch01_fr_k64_raw_mean_log_p:.2f` at 64. The references
+# average {glue:text}`ch01_fr_ref_mean_log_p:.2f`, leaving out the
+# {glue:text}`ch01_fr_ref_unk` that hold a character the tokenizer never
+# saw: it becomes `<unk>`, which the model may not emit, so their log p is
+# $-\infty$. Search errors are rare: greedy
 # decoding returns an output less probable than the reference for
 # {glue:text}`ch01_fr_k1_raw_search_errors` sentences, the beam of 16 for
 # {glue:text}`ch01_fr_k16_raw_search_errors`. Model errors are almost all
