@@ -2140,10 +2140,10 @@ print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
 # (greedy) to {glue:text}`ch01_fr_k4_raw_mean_log_p:.2f` at $k = 4$,
 # {glue:text}`ch01_fr_k16_raw_mean_log_p:.2f` at 16 and
 # {glue:text}`ch01_fr_k64_raw_mean_log_p:.2f` at 64. The references
-# average {glue:text}`ch01_fr_ref_mean_log_p:.2f`, leaving out the
-# {glue:text}`ch01_fr_ref_unk` that hold a character the tokenizer never
-# saw: it becomes `<unk>`, which the model may not emit, so their log p is
-# $-\infty$. Search errors are rare: greedy
+# average {glue:text}`ch01_fr_ref_mean_log_p:.2f`, leaving out those
+# that hold a character the tokenizer never saw
+# ({glue:text}`ch01_fr_ref_unk` here): it becomes `<unk>`, which the model
+# may not emit, so their log p is $-\infty$. Search errors are rare: greedy
 # decoding returns an output less probable than the reference for
 # {glue:text}`ch01_fr_k1_raw_search_errors` sentences, the beam of 16 for
 # {glue:text}`ch01_fr_k16_raw_search_errors`. Model errors are almost all
