@@ -101,24 +101,12 @@ _ = torch.manual_seed(0)
 # the backward logits at position $i$ predict token $i-1$. Our loss, the
 # course's convention (`bilm_loss`), is the mean negative log-likelihood of
 # each direction over its non-pad targets, and then the mean of the two
-# directions. The paper sums over positions and directions; the means
-# rescale the gradient, and re-weight the two directions very slightly,
-# because the backward direction counts one more target in every padded
-# row (the wart below).
-# The wart: in a padded row the backward logits at the first padding
-# position predict the `</s>` before it. The contract counts that target
-# (it is not a pad), so it also fixes the state there: the docstring of
-# `BiLM` says that every LSTM runs on over the padding (no packing, no
-# zeroing), and a grader checks the states at the pads. The backward LSTM
-# reads the reversed sentence and then the pads, so its state at the first
-# pad has read the whole sentence, and the target is nearly free (the
-# experiment below measures it). A `BiLM` that packs its sequences
-# (chapter 1's idiom) is a fine biLM, but another model of this contract:
-# it leaves a zero state at the pads, the target then costs what the
-# softmax's bias alone gives `</s>`, and its loss is not comparable with
-# ours. The experiment below reports this target's loss,
-# and the loss over real predicting positions only, which does not depend
-# on what happens at the pads.
+# directions. The paper writes the objective as a sum over positions and
+# directions; the authors' code (`bilm-tf`) averages each direction and
+# then the two, as the course does. The means rescale the gradient, and
+# re-weight the two directions very slightly, because the backward
+# direction counts one more target in every padded row (the wart, next to
+# `bilm_loss` below).
 #
 # **Causality** is what makes this a language model and not a copying
 # machine: $\overrightarrow{h}_{k,j}$ must not depend on any token after
@@ -426,6 +414,24 @@ print(torch.equal(states_demo[0, ..., :8], states_demo[0, ..., 8:]))   # True  (
 # `bilm_loss` takes the two directions' logits and the word ids, shifts
 # the targets (next word for the forward model, previous word for the
 # backward model), ignores pad targets, and averages.
+#
+# **The wart.** In a padded row the backward logits at the first padding
+# position predict the `</s>` before it. The contract counts that target
+# (it is not a pad), so it also fixes the state there: the docstring of
+# `BiLM` says that every LSTM runs on over the padding (no packing, no
+# zeroing), and a grader checks the states at the pads. The backward LSTM
+# reads the reversed sentence and then the pads, so its state at the first
+# pad has read the whole sentence, and the target is nearly free (the
+# experiment below measures it). ELMo's own biLM never meets this case:
+# it was trained on fixed windows of 20 tokens cut from sentences packed end
+# to end, with the LSTM states carried from one batch to the next, so it
+# saw no padding at all. A `BiLM` that packs its sequences
+# (chapter 1's idiom) is a fine biLM, but another model of this contract:
+# it leaves a zero state at the pads, the target then costs what the
+# softmax's bias alone gives `</s>`, and its loss is not comparable with
+# ours. The experiment below reports this target's loss,
+# and the loss over real predicting positions only, which does not depend
+# on what happens at the pads.
 
 # %% nbgrader={"grade": false, "grade_id": "bilm_loss", "locked": false, "schema_version": 3, "solution": true}
 def bilm_loss(fwd_logits: torch.Tensor, bwd_logits: torch.Tensor, tokens: torch.Tensor,
@@ -834,8 +840,8 @@ def elmo_layers(seed: int = 0, threads: int = 1) -> dict:
 # {glue:text}`ch04_init_cos_x1:.3f` with the usual scale: a scale changes
 # the size of the vectors, not their angles. What it changes is their
 # spread: the standard deviation of a coordinate across the word types is
-# {glue:text}`ch04_init_std_x15:.2f` with the scale 15, like that of an
-# $\mathcal N(0, 1)$ embedding table, against
+# {glue:text}`ch04_init_std_x15:.2f` with the scale 15, the order of an
+# $\mathcal N(0, 1)$ embedding table's 1, against
 # {glue:text}`ch04_init_std_x1:.2f` with the usual one. With differences that
 # small between words we expect the LSTMs to learn the topics more slowly;
 # exercise 4 tests it.
@@ -858,7 +864,9 @@ def elmo_layers(seed: int = 0, threads: int = 1) -> dict:
 # differently, and checks every claim below on each of these runs. A figure
 # of this page is reproduced bit for bit only by the same seed, thread
 # count, implementation and machine; a claim is a statement that held on
-# every run of the check, unless it says otherwise. (On a GPU, which
+# every run of the check, unless it says otherwise. The tables of ranges
+# below give the smallest and the largest value over the runs of the
+# check; they are not bounds, and a new seed can fall outside them. (On a GPU, which
 # `pick_device` prefers when there is one, the figures differ again; the
 # page and the check run on the CPU.)
 
@@ -896,10 +904,11 @@ plt.show()
 # LSTM runs on over the padding, so the state there has read the whole
 # sentence; a `BiLM` that packed its sequences would pay far more). Over real
 # predicting positions only the loss is {glue:text}`ch04_held_real:.2f`
-# nats, a perplexity of {glue:text}`ch04_held_ppl_real:.1f`: at every
-# position each direction is, on average, as unsure as a uniform choice
-# among that many words, which is what a grammar that draws its words at
-# random allows (a uniform guess over the vocabulary would be a perplexity of
+# nats, a perplexity of {glue:text}`ch04_held_ppl_real:.1f`. A perplexity
+# is a geometric mean over very different positions: the grammar fixes
+# where a determiner goes, while a topic's noun is drawn at random from a
+# list. That randomness keeps the loss well above 0 (a uniform guess over
+# the vocabulary would be a perplexity of
 # {glue:text}`ch04_vocab`, its size with `<pad>` and `<unk>`).
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1035,6 +1044,10 @@ claim("layer2_near_ceiling", "In most runs (at least 8 in 10) layer 2 reads the 
       "points of the Bayes rule.",
       lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2, at_least=0.8)
 
+# %% tags=["skip-grading", "hide-input"]
+for j in range(3):   # a layer's part of the mix: its weight times its vectors' mean norm
+    glue(f"ch04_part_layer{j}", run[f"ch04_w_sense_{j}"] * run[f"ch04_norm_layer{j}"])
+
 # %% [markdown]
 # **The learned weights.** The printed weights $\mathrm{softmax}(s)$ are
 # where Adam took the mixing logits from zero (the sense weights in 1000
@@ -1045,6 +1058,17 @@ claim("layer2_near_ceiling", "In most runs (at least 8 in 10) layer 2 reads the 
 # {glue:text}`ch04_w3000_sense_2:.2f` after 3000, and over the runs of the
 # check it moves further still (the table below), with the seed, the thread
 # count and the implementation. So read no ranking of the layers into them.
+# Nor is a weight a layer's share of the vector: the layers have different
+# scales. The mean norm of the vectors is
+# {glue:text}`ch04_norm_layer0:.1f` at layer 0 (the projection's ×15
+# initialisation) against {glue:text}`ch04_norm_layer1:.1f` and
+# {glue:text}`ch04_norm_layer2:.1f` at layers 1 and 2 (printed with the
+# table), so layer 0's weight of {glue:text}`ch04_w_sense_0:.2f` gives it a
+# part of norm about {glue:text}`ch04_part_layer0:.1f` in the mix, against
+# {glue:text}`ch04_part_layer2:.1f` for layer 2's weight of
+# {glue:text}`ch04_w_sense_2:.2f`. This mismatch of scales is what the
+# paper's layer normalisation before the mix, and the scale $\gamma$, are
+# for.
 # The weights for part of speech carry no information at all: layers 1 and 2
 # both read it at 90% or more, usually near 100%, so the mix's
 # {glue:text}`ch04_posamb_learnedmix:.0f`% on *stick, fish, watch, duck*
@@ -1061,10 +1085,10 @@ claim("layer2_near_ceiling", "In most runs (at least 8 in 10) layer 2 reads the 
 # {glue:text}`ch04_sense_layer1:.1f`% for layer 1. In every run of the
 # check the 1000-step mix reads the sense within 2 points of the better
 # LSTM layer, mostly at or just below it, sometimes slightly above (the
-# tables give the spread). In most runs it has little room to gain: layer 2
-# is already within 2 points of the Bayes rule, the ceiling. Peters et al. offer a layer normalisation of
-# each layer before the mix: whether it changes the learned weights is
-# exercise 5.
+# tables give the spread). The ceiling says why it gains no more: no
+# reader beats the Bayes rule, and in most runs layer 2 is already within 2
+# points of it, so a mix has at most those 2 points to win. Whether the
+# paper's layer normalisation changes the learned weights is exercise 5.
 
 # %% tags=["skip-grading", "hide-input"]
 spread({f"ch04_w{b}_sense_{j}": f"sense, weight of layer {j}, {steps} steps"
@@ -1087,9 +1111,11 @@ claim("mix_close_to_best_layer", "After 1000 steps the learned mix reads the sen
 # $\mathrm{softmax}(s)$ above, $\gamma = 1$: a scale does not change a
 # cosine) we look for the occurrences of *bank* closest to a given
 # occurrence, and count how many of the 10 nearest share its sense,
-# averaged over every *bank* in the test sentences. This is, in miniature,
-# how Peters et al. evaluate word senses: a nearest-neighbour classifier on
-# the biLM's states. Under layer 0 every *bank* is at distance 0 from every
+# averaged over every *bank* in the test sentences. Peters et al. evaluate
+# word senses with a related rule: they average the biLM's states over the
+# occurrences of each sense in a sense-tagged corpus (SemCor), and give a
+# test word the sense of the nearest average (WordNet's first sense for a
+# word SemCor lacks). Under layer 0 every *bank* is at distance 0 from every
 # other, and the neighbours are a coin toss.
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1222,14 +1248,453 @@ plt.show()
 # The projection changes with every run; a linear probe, which may use all
 # 64 directions and any threshold, is the measure: read the probe table,
 # not the picture, for how much of the sense a layer holds.
+
+# %% [markdown]
+# ## ELMo on real text
 #
+# Until here the biLM read a toy grammar. Now the same `BiLM` class learns
+# English: the course's prose corpus (`corpora.prose`, described in
+# `docs/DATA.md`), the documentation that Python's standard library ships.
+# We cut its paragraphs into sentences at a full stop, split them into
+# words and punctuation marks, and lower-case them, and keep the sentences
+# of 5 to 40 tokens.
+#
+# The model is **word-level**, as ELMo is. ELMo's tokens are words: its
+# character CNN builds each word's vector from the word's letters, and its
+# softmax predicts whole words. A subword tokenizer would cut the rarer
+# words into pieces, while the neighbours below are neighbours of whole
+# words. The
+# softmax needs a closed vocabulary: the words seen at least 3 times in the
+# training split; every rarer word is `<unk>` as a target. The input side
+# has no such limit in principle (the character CNN reads any word); here
+# a rare word enters as the characters of `<unk>`, to keep one table of
+# types. The model is your `BiLM` with $d = 128$, 2 LSTM layers per
+# direction, and the character CNN of the toy (4 widths, 32 filters each,
+# words cut to 14 characters), PyTorch's default initialisation, seeded 0.
+# It is trained with `bilm_loss`, Adam, a learning rate of
+# $3 \times 10^{-3}$ with 50 warm-up steps and a cosine decay to a tenth,
+# gradients clipped at norm 1, on batches of 32 random training sentences,
+# on one thread. The validation loss is the negative log-likelihood per
+# word in nats, the mean of the two directions, over the real targets of
+# the validation split (no pads, so no wart).
+#
+# The same function trains twice. Your short run, below, takes about a
+# CPU-minute. The longer run, declared with `@checkpoint`, was trained by
+# `python -m course checkpoints 04_elmo` with the same code and committed
+# (float16 weights); the page loads it.
+
+# %% tags=["skip-grading"]
+import re
+import time
+from collections import Counter
+
+from attnkit import corpora
+from attnkit.checkpoints import checkpoint
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")    # a stop, then a capital or a quote
+TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[^\w\s]")     # words, numbers, punctuation marks
+
+
+def prose_sentences(split: str) -> list[list[str]]:
+    """The prose corpus's sentences of 5 to 40 tokens, lower-cased: paragraphs split at a stop."""
+    out = []
+    for doc in corpora.prose(split):
+        for para in re.split(r"\n\s*\n", doc.text):
+            for s in SENTENCE_END.split(" ".join(para.split())):
+                words = [w.lower() for w in TOKEN.findall(s)]
+                if 5 <= len(words) <= 40:
+                    out.append(words)
+    return out
+
+
+REAL_TRAIN, REAL_VALID = prose_sentences("train"), prose_sentences("valid")
+REAL_COUNTS = Counter(w for s in REAL_TRAIN for w in s)
+REAL_WORDS = WordVocab([w for w, n in REAL_COUNTS.items() if n >= 3])   # rarer words are <unk>
+REAL_CHARS = CharVocab(REAL_WORDS.itos, max_chars=16)
+REAL_TYPE_CHARS = REAL_CHARS.encode([REAL_WORDS.itos])[0]                 # (V, C), row i: word i
+REAL_TYPE_CHARS[REAL_WORDS.pad_id] = 0
+REAL_TRAIN_IDS = REAL_WORDS.encode([with_boundaries(s) for s in REAL_TRAIN])   # (N, T)
+REAL_VALID_IDS = REAL_WORDS.encode([with_boundaries(s) for s in REAL_VALID])   # (N', T')
+
+
+def build_real() -> nn.Module:
+    torch.manual_seed(0)
+    return BiLM(len(REAL_CHARS), len(REAL_WORDS), d=128, n_layers=2)
+
+
+@torch.no_grad()
+def direction_nll(bilm: nn.Module, ids: torch.Tensor, batch: int = 256) -> tuple[float, float]:
+    """Total NLL (nats) of each direction over the real targets of `ids` (B, T), and their count."""
+    device = next(bilm.parameters()).device
+    fwd_total, bwd_total, count = 0.0, 0.0, 0
+    for i in range(0, len(ids), batch):
+        words = ids[i:i + batch]
+        words = words[:, : int((words != 0).sum(1).max())].to(device)              # (b, T)
+        fwd, bwd = bilm.lm_logits(bilm(REAL_TYPE_CHARS.to(device)[words]))         # (b, T, V) each
+        both = (words[:, 1:] != 0) & (words[:, :-1] != 0)    # a real target from a real position
+        nll_f = F.cross_entropy(fwd[:, :-1].transpose(1, 2), words[:, 1:], reduction="none")
+        nll_b = F.cross_entropy(bwd[:, 1:].transpose(1, 2), words[:, :-1], reduction="none")
+        fwd_total += nll_f[both].sum().item()
+        bwd_total += nll_b[both].sum().item()
+        count += int(both.sum())
+    return fwd_total, bwd_total, count
+
+
+def evaluate_real(bilm: nn.Module) -> dict:
+    """Validation NLL per word (nats), the mean of the two directions, over real targets only."""
+    fwd, bwd, n = direction_nll(bilm.eval(), REAL_VALID_IDS)
+    return {"ch04_real_val_loss": (fwd + bwd) / (2 * n)}
+
+
+@checkpoint("04_elmo", build=build_real, evaluate=evaluate_real, steps=3000, report=500)
+def real_bilm(bilm: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 3e-3,
+              threads: int = 1, report: int = 250) -> list[dict]:
+    """Train `bilm` with bilm_loss on random batches of training sentences; the log every `report` steps."""
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    chars = REAL_TYPE_CHARS.to(device)
+    opt = torch.optim.Adam(bilm.parameters(), lr=lr)
+    log, cpu0 = [], time.process_time()
+    for step in range(1, steps + 1):
+        warm, decay = min(1.0, step / 50), 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in opt.param_groups:
+            group["lr"] = lr * warm * (0.1 + 0.9 * decay)
+        words = REAL_TRAIN_IDS[torch.randint(len(REAL_TRAIN_IDS), (batch,), generator=gen)]
+        words = words[:, : int((words != 0).sum(1).max())].to(device)              # (B, T)
+        bilm.train()
+        loss = bilm_loss(*bilm.lm_logits(bilm(chars[words])), words, REAL_WORDS.pad_id)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(bilm.parameters(), 1.0)
+        opt.step()
+        if step % report == 0 or step == steps:
+            val = evaluate_real(bilm)["ch04_real_val_loss"]
+            log.append({"step": step, "loss": round(loss.item(), 4), "val_loss": round(val, 4),
+                        "cpu_s": round(time.process_time() - cpu0, 1)})
+    return log
+
+# %% [markdown]
+# The baselines are n-gram models over the same words, the same
+# vocabulary and the same targets, in both directions, averaged as the
+# biLM's loss is: a unigram model, and interpolated Kneser-Ney models
+# (discount 0.75) with one and two words of context.
+
+# %% tags=["skip-grading", "hide-input"]
+_cpu0 = time.process_time()
+short_bilm = build_real()
+short_log = real_bilm(short_bilm, steps=300, device=torch.device("cpu"))   # your short run
+short_cpu = time.process_time() - _cpu0
+long_bilm, long_record = real_bilm.load(), real_bilm.record()
+torch.set_num_threads(1)
+
+
+def kneser_ney(sents: list[list[int]], n: int, discount: float = 0.75):
+    """Interpolated Kneser-Ney n-gram model over word ids: prob(context tuple, word) -> probability.
+
+    The highest order uses counts, lower orders continuation counts (how many distinct words
+    precede), each interpolated down to the uniform distribution over the vocabulary."""
+    counts = [None] * (n + 1)
+    counts[n] = Counter(tuple(s[max(0, i - n + 1):i + 1]) for s in sents for i in range(1, len(s)))
+    counts[n] = Counter({g: c for g, c in counts[n].items() if len(g) == n})
+    for k in range(n - 1, 0, -1):
+        counts[k] = Counter(g[1:] for g in counts[k + 1])
+        if k > 1:   # the k-grams that start a sentence have no left extension: count them too
+            counts[k] += Counter(tuple(s[:k]) for s in sents if len(s) >= k)
+    totals, types = [Counter() for _ in range(n + 1)], [Counter() for _ in range(n + 1)]
+    for k in range(1, n + 1):
+        for g, c in counts[k].items():
+            totals[k][g[:-1]] += c
+            types[k][g[:-1]] += 1
+
+    def prob(context: tuple, w: int) -> float:
+        p = 1.0 / len(REAL_WORDS)
+        for k in range(1, n + 1):
+            h = context[len(context) - k + 1:] if k > 1 else ()
+            if len(h) != k - 1 or totals[k][h] == 0:
+                break
+            p = (max(counts[k][h + (w,)] - discount, 0) + discount * types[k][h] * p) / totals[k][h]
+        return p
+    return prob
+
+
+def ngram_loss(n: int) -> float:
+    """Validation NLL per word of a Kneser-Ney n-gram model, the mean of the two directions."""
+    total, count = 0.0, 0
+    for flip in (False, True):
+        train = [ids[ids != 0].tolist()[::-1] if flip else ids[ids != 0].tolist()
+                 for ids in REAL_TRAIN_IDS]
+        prob = kneser_ney(train, n)
+        for ids in REAL_VALID_IDS:
+            s = ids[ids != 0].tolist()[::-1] if flip else ids[ids != 0].tolist()
+            total -= sum(math.log(prob(tuple(s[max(0, i - n + 1):i]), s[i])) for i in range(1, len(s)))
+            count += len(s) - 1
+    return total / count
+
+
+baselines = {f"Kneser-Ney {n}-gram" if n > 1 else "unigram": ngram_loss(n) for n in (1, 2, 3)}
+rows = {**baselines, "biLM, short run": evaluate_real(short_bilm)["ch04_real_val_loss"],
+        "biLM, longer run": long_record["metrics"]["ch04_real_val_loss"]}
+for name, loss in rows.items():
+    print(f"{name:20s} {loss:.3f} nats/word, perplexity {math.exp(loss):6.1f}")
+n_valid = sum(len(s) + 1 for s in REAL_VALID)
+unk_share = sum(w not in REAL_WORDS.stoi for s in REAL_VALID for w in s) / sum(map(len, REAL_VALID))
+print(f"{len(REAL_TRAIN)} training sentences ({sum(map(len, REAL_TRAIN))} words), "
+      f"{len(REAL_VALID)} validation sentences ({n_valid} targets per direction); vocabulary "
+      f"{len(REAL_WORDS)}; {100 * unk_share:.1f}% of the validation words are <unk>")
+for key, value in (("unigram", baselines["unigram"]), ("kn2", baselines["Kneser-Ney 2-gram"]),
+                   ("kn3", baselines["Kneser-Ney 3-gram"]), ("short", rows["biLM, short run"]),
+                   ("long", rows["biLM, longer run"])):
+    glue(f"ch04_real_{key}", value)
+    glue(f"ch04_real_ppl_{key}", math.exp(value))
+glue("ch04_real_unk", 100 * unk_share)
+glue("ch04_real_vocab", len(REAL_WORDS))
+glue("ch04_real_train_sents", len(REAL_TRAIN))
+glue("ch04_real_train_words", sum(map(len, REAL_TRAIN)))
+glue("ch04_real_valid_sents", len(REAL_VALID))
+glue("ch04_real_short_cpu", short_cpu)
+glue("ch04_real_short_steps", short_log[-1]["step"])
+glue("ch04_real_long_cpu", long_record["log"][-1]["cpu_s"])
+glue("ch04_real_long_steps", long_record["log"][-1]["step"])
+glue("ch04_real_params", sum(p.numel() for p in short_bilm.parameters()))
+with torch.no_grad():                  # the token vectors (layer 0) of every word type
+    for key, model in (("init", build_real()), ("long", long_bilm)):
+        X = model.token_repr(REAL_TYPE_CHARS[None])[0][4:]                       # (V - 4, d)
+        cos, _ = spread_and_angle(X)
+        glue(f"ch04_real_cos_{key}", cos)
+        glue(f"ch04_real_norm_{key}", X.norm(dim=-1).mean().item())
+        print(f"token vectors, {key}: mean pairwise cosine {cos:.5f}, "
+              f"mean norm {X.norm(dim=-1).mean().item():.1f}")
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
+    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".", label=f"biLM, {name}")
+for (name, loss), style in zip(baselines.items(), (":", "--", "-.")):
+    ax.axhline(loss, color="gray", linestyle=style, label=name)
+ax.set_xlabel("CPU seconds of training")
+ax.set_ylabel("validation nats per word")
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The corpus gives {glue:text}`ch04_real_train_sents:,.0f` training
+# sentences ({glue:text}`ch04_real_train_words:,.0f` words) and
+# {glue:text}`ch04_real_valid_sents:,.0f` validation sentences; the
+# vocabulary has {glue:text}`ch04_real_vocab:,.0f` entries, and
+# {glue:text}`ch04_real_unk:.1f`% of the validation words are `<unk>`. The
+# biLM has {glue:text}`ch04_real_params:,.0f` parameters. On the
+# validation sentences the unigram model scores
+# {glue:text}`ch04_real_unigram:.2f` nats per word (perplexity
+# {glue:text}`ch04_real_ppl_unigram:.0f`), the Kneser-Ney bigram
+# {glue:text}`ch04_real_kn2:.2f` ({glue:text}`ch04_real_ppl_kn2:.0f`) and
+# the trigram {glue:text}`ch04_real_kn3:.2f`
+# ({glue:text}`ch04_real_ppl_kn3:.0f`). The short run
+# ({glue:text}`ch04_real_short_steps:.0f` steps,
+# {glue:text}`ch04_real_short_cpu:.0f` CPU-seconds) reaches
+# {glue:text}`ch04_real_short:.2f` (perplexity
+# {glue:text}`ch04_real_ppl_short:.0f`). The longer run
+# ({glue:text}`ch04_real_long_steps:.0f` steps,
+# {glue:text}`ch04_real_long_cpu:.0f` CPU-seconds) reaches
+# {glue:text}`ch04_real_long:.2f` (perplexity
+# {glue:text}`ch04_real_ppl_long:.0f`), just below the unigram model and far
+# above the bigram. In this run the biLM failed to learn English beyond word
+# frequencies. The token vectors show why: before training their mean
+# pairwise cosine is {glue:text}`ch04_real_cos_init:.3f` (mean norm
+# {glue:text}`ch04_real_norm_init:.1f`), and after the longer run it is
+# {glue:text}`ch04_real_cos_long:.5f` (mean norm
+# {glue:text}`ch04_real_norm_long:.0f`): every word type's vector has
+# grown along one common direction, so the LSTMs receive nearly the same
+# input for every word. A fix needs a change to the model or to its
+# training; exercise 6 asks for one.
+#
+# ### Contextual neighbours in real sentences
+#
+# Peters et al. show in their Table 4 what a static vector cannot do. The
+# GloVe neighbours of *play* mix its senses (*playing, game, games,
+# played, players, ...*), while the biLM's nearest sentences in context
+# share the sense of the query. We do the same with the longer run, on the
+# validation and test sentences, each distinct sentence once, leaving out
+# the few that also occur word for word in the training split. For *set*, *return* and *list* we print the 6 word types
+# nearest to the word under layer 0 (the static vectors), and then two
+# query occurrences with their 2 nearest occurrences of the same word
+# under each LSTM layer (cosine of the states; the word is in capitals).
+
+# %% tags=["skip-grading", "hide-input"]
+AMBIGUOUS_REAL = ("set", "return", "list", "class", "object", "value")
+DETERMINERS = {"a", "an", "the", "this", "each", "every", "its", "their", "your", "my", "our",
+               "any", "another", "same", "empty", "new"}
+BEFORE_VERB = {"to", "will", "would", "should", "must", "may", "might", "can", "cannot", "could"}
+seen = set(map(tuple, REAL_TRAIN))
+held_real = [list(s) for s in dict.fromkeys(map(tuple, REAL_VALID + prose_sentences("test")))
+             if s not in seen]      # validation and test sentences, each once, none seen in training
+
+
+def rule_reading(words: list[str], i: int) -> str | None:
+    """Noun or verb reading of words[i] by the word before it, or None where the rule is silent:
+    after a determiner a noun ("the return value"); after "to" or a modal, or first in the
+    sentence before "the", "a" or "an", a verb ("to return", "Return the ...")."""
+    before = words[i - 1] if i > 0 else None
+    if before in DETERMINERS:
+        return "noun"
+    if before in BEFORE_VERB or (i == 0 and i + 1 < len(words) and words[i + 1] in {"the", "a", "an"}):
+        return "verb"
+    return None
+
+
+@torch.no_grad()
+def occurrences(bilm: nn.Module, word: str) -> tuple[torch.Tensor, list]:
+    """States (L+1, n, 2d) of every occurrence of `word` in the held-out sentences, and for each
+    (sentence, position, rule reading)."""
+    where = [(s, i) for s in held_real for i, w in enumerate(s) if w == word]
+    sents = [s for s, _ in where]
+    ids = REAL_WORDS.encode([with_boundaries(s) for s in sents])                  # (n, T)
+    states = bilm(REAL_TYPE_CHARS[ids])                                           # (L+1, n, T, 2d)
+    pos = torch.tensor([i + 1 for _, i in where])                                 # after <s>
+    return (states[:, torch.arange(len(where)), pos],                            # (L+1, n, 2d)
+            [(s, i, rule_reading(s, i)) for s, i in where])
+
+
+def nearest(X: torch.Tensor, q: int, k: int) -> list[int]:
+    """The k rows of X nearest (cosine) to row q, q itself left out."""
+    Z = F.normalize(X, dim=-1)
+    sims = Z @ Z[q]
+    sims[q] = -2.0
+    return sims.topk(k).indices.tolist()
+
+
+def show(s: list[str], i: int) -> str:
+    return " ".join(s[:i] + [s[i].upper()] + s[i + 1:])
+
+
+real_occ = {w: occurrences(long_bilm, w) for w in AMBIGUOUS_REAL}
+type_vecs_real = long_bilm.token_repr(REAL_TYPE_CHARS[None])[0].detach()           # (V, d)
+for word in ("set", "return", "list"):
+    X, info = real_occ[word]
+    v = type_vecs_real[REAL_WORDS.stoi[word]]
+    sims = F.normalize(type_vecs_real[4:], dim=-1) @ F.normalize(v, dim=0)
+    near = [REAL_WORDS.itos[4 + j] for j in sims.topk(7).indices.tolist()][1:]
+    print(f"'{word}': {len(info)} held-out occurrences. Layer 0 (static), nearest word types: "
+          f"{', '.join(near)}")
+    for reading in ("noun", "verb"):
+        q = next(j for j, (_, _, r) in enumerate(info) if r == reading)
+        print(f"  query ({reading} by the rule): {show(*info[q][:2])}")
+        for layer in (1, 2):
+            for j in nearest(X[layer], q, 2):
+                print(f"    layer {layer}: {show(*info[j][:2])}")
+    print()
+
+
+# %% [markdown]
+# Under layer 0 the nearest word types share letters with the word, not
+# its meaning (printed above): the character CNN places words by their
+# spelling, and a static vector cannot tell the noun *return* from the
+# verb. Under the LSTM layers every occurrence has its own vector; its
+# nearest occurrences in this run are printed above.
+#
+# **How often does a neighbour share the query's reading?** The course has
+# no sense labels for this text, so we use a rule that needs none. It reads
+# the word before the occurrence: after a determiner (*the, a, its, each,
+# ...*) the word is a noun (*the return value*); after *to* or a modal
+# (*will, should, can, ...*), or first in the sentence before *the*, *a* or
+# *an*, it is a verb (*to return*, *Return the ...*). Elsewhere the rule
+# is silent, and the occurrence is left out. For each occurrence the rule
+# reads, we take its 5 nearest among the others the rule reads, and count
+# how many share its reading. Such a rule is easy for a model to match: it
+# reads one word, and the forward LSTM has read that word. So we measure it
+# twice, once more with the neighbours restricted to occurrences after
+# another word than the query's (a noun after *the* must then find a noun
+# after *a* or *its*). We measure it with the trained model, with the same
+# model before training (PyTorch's initial weights), and with the static
+# vectors. A static vector gives every occurrence of a word the same
+# vector, so its neighbours are a random draw among ties, and we give the
+# expected share of that draw.
+
+# %% tags=["skip-grading", "hide-input"]
+def neighbour_shares(X: torch.Tensor, info: list, k: int = 5) -> tuple[list, list]:
+    """For each occurrence with a rule reading: the share of its k nearest (among those) with the
+    same reading; and the same share when the neighbours must follow another word than it does."""
+    labelled = [j for j, (_, _, r) in enumerate(info) if r is not None]
+    reading = [info[j][2] for j in labelled]
+    before = [info[j][0][info[j][1] - 1] if info[j][1] else None for j in labelled]
+    Z = F.normalize(X[labelled], dim=-1)
+    same, same_other = [], []
+    for q in range(len(labelled)):
+        sims = Z @ Z[q]
+        sims[q] = -2.0
+        near = sims.topk(k).indices.tolist()
+        same.append(sum(reading[j] == reading[q] for j in near) / k)
+        other = torch.tensor([b != before[q] for b in before])          # another word before
+        near = sims.masked_fill(~other, -2.0).topk(min(k, int(other.sum()))).indices.tolist()
+        same_other.append(sum(reading[j] == reading[q] for j in near) / len(near))
+    return same, same_other
+
+
+init_bilm_real = build_real().eval()                    # the same model before training
+shares = {name: ([], []) for name in ("static", "untrained 1", "untrained 2", "layer 1", "layer 2")}
+counts_real = {}
+for word in AMBIGUOUS_REAL:
+    X, info = real_occ[word]
+    readings = [r for _, _, r in info if r is not None]
+    counts_real[word] = (len(info), readings.count("noun"), readings.count("verb"))
+    if min(counts_real[word][1:]) < 10:
+        continue                                         # the rule finds one reading only
+    X0 = occurrences(init_bilm_real, word)[0]
+    for name, Y in (("untrained 1", X0[1]), ("untrained 2", X0[2]), ("layer 1", X[1]),
+                    ("layer 2", X[2])):
+        a, b = neighbour_shares(Y, info)
+        shares[name][0].extend(a)
+        shares[name][1].extend(b)
+    lab = [(r, s[i - 1] if i else None) for s, i, r in info if r is not None]
+    for r, b in lab:                                     # static: every occurrence ties, so
+        others = [rr for rr, bb in lab if bb != b]       # the expected share in a random order
+        shares["static"][0].append((sum(rr == r for rr, _ in lab) - 1) / (len(lab) - 1))
+        shares["static"][1].append(sum(rr == r for rr in others) / len(others))
+measured = [w for w in AMBIGUOUS_REAL if min(counts_real[w][1:]) >= 10]
+print("held-out occurrences (all, noun by the rule, verb by the rule):",
+      "; ".join(f"{w} {n}, {a}, {b}" for w, (n, a, b) in counts_real.items()))
+print(f"measured on {', '.join(measured)}: {len(shares['layer 1'][0])} queries, 5 nearest each")
+for name, (a, b) in shares.items():
+    print(f"{name:12s} same reading {100 * sum(a) / len(a):5.1f}%, "
+          f"same reading, neighbours after another word {100 * sum(b) / len(b):5.1f}%")
+    glue(f"ch04_real_nn_{name.replace(' ', '')}", 100 * sum(a) / len(a))
+    glue(f"ch04_real_nn_other_{name.replace(' ', '')}", 100 * sum(b) / len(b))
+glue("ch04_real_nn_queries", len(shares["layer 1"][0]))
+glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
+
+# %% [markdown]
+# The rule reads both readings often enough (10 or more of each) only for
+# {glue:text}`ch04_real_nn_words`, with
+# {glue:text}`ch04_real_nn_queries` queries. Their 5 nearest share the
+# query's reading {glue:text}`ch04_real_nn_layer1:.0f`% of the time under
+# layer 1 and {glue:text}`ch04_real_nn_layer2:.0f`% under layer 2, against
+# {glue:text}`ch04_real_nn_static:.0f`% for the static vectors' random
+# draw. The same model before training scores
+# {glue:text}`ch04_real_nn_untrained1:.0f`% and
+# {glue:text}`ch04_real_nn_untrained2:.0f`%: an untrained LSTM's state
+# already carries the word before, which is all the rule reads. When the
+# neighbours must follow another word than the query's, layer 2 scores
+# {glue:text}`ch04_real_nn_other_layer2:.0f`% (layer 1
+# {glue:text}`ch04_real_nn_other_layer1:.0f`%), against
+# {glue:text}`ch04_real_nn_other_static:.0f`% for the random draw. So this
+# run's biLM groups occurrences by the words around them, not by their
+# reading: the measured result is the collapse above, not Table 4's.
+#
+# A probe of the scalar mix on real text needs labels, and neither the
+# committed data nor a pinned package holds labelled English (no tagged or
+# sense-annotated corpus), so this page does not train one.
+
+# %% [markdown]
 # ## ELMo in practice
 #
 # The pre-trained ELMo models (English, trained on 1 billion words or on
 # 5.5 billion) are distributed with AllenNLP, a library on top of PyTorch,
 # whose `allennlp.modules.elmo.Elmo` module is this chapter's `ELMo` with the
-# options above (the number of mixes, dropout, layer normalisation); a task
-# concatenates its output with its own token vectors. Not run here, since
+# options above (the number of mixes, dropout, layer normalisation), and
+# with the biLM frozen by default (`requires_grad=False`), where ours
+# leaves freezing to the task; a task concatenates its output with its own
+# token vectors. AllenNLP's how-to uses dropout 0.5 on ELMo, no layer
+# normalisation (`do_layer_norm=False`) and the penalty $\lambda = 0.001$.
+# AllenNLP has been in maintenance mode since December 2022, and its last
+# release may not install beside a current PyTorch. Not run here, since
 # the course downloads nothing; with AllenNLP installed:
 #
 # ```python
@@ -1241,11 +1706,24 @@ plt.show()
 # ```
 #
 # The official biLM differs from ours in details this chapter leaves out:
-# a residual connection between the LSTM layers (exercise 2), LSTM cells
+# no padding at all (it trained on windows of 20 tokens of packed
+# sentences, the LSTM states carried from batch to batch, which also makes
+# AllenNLP's `Elmo` stateful: the same sentence can get slightly different
+# vectors in another batch order), a residual connection between the LSTM layers (exercise 2), LSTM cells
 # with a projection and clipped cell and projection values, dropout 0.1, a
 # sampled softmax over its large vocabulary (the full softmax is too slow
-# there), and, for a task with much text of its own, a few epochs of
-# fine-tuning the biLM's language model on that text before freezing it.
+# there), and a short fine-tuning of the biLM on the task's own text
+# before freezing it: one epoch on the task's training split in most of
+# the paper's tasks (its supplement), and for a data set under 10 million
+# tokens a few epochs while watching the perplexity (`bilm-tf`'s README).
+#
+# Two analyses of the paper go beyond this page. Where the weights go
+# (their §5.5): in the mix at the task encoder's input, the tasks favour
+# the first LSTM layer; in the mix at its output, the weights are more
+# balanced. Sample efficiency (their §5.4): with ELMo, the SRL model
+# exceeds the baseline's best development F1 after 10 epochs, where the
+# baseline needed 486, and ELMo helps most when the task's training set is
+# small.
 #
 # ## Summary
 #
@@ -1271,6 +1749,11 @@ plt.show()
 #   the top layer reads the sense at least as well as layer 1, in most runs
 #   close to the Bayes-optimal ceiling; the size of that gap, and the learned weights,
 #   move with the seed, the thread count and the probe's budget.
+# * On real English (the prose corpus, word-level), this page's biLM
+#   reaches a validation perplexity just below a unigram model's and far
+#   above a Kneser-Ney bigram's, because its token vectors collapse onto
+#   one direction during training; its contextual neighbours group
+#   occurrences by the surrounding words, not by the noun or verb reading.
 #
 # ## Exercises
 #
@@ -1296,6 +1779,11 @@ plt.show()
 #    each layer as a whole, with one mean and one variance over all its
 #    non-padding values, not each token's vector on its own as a
 #    `LayerNorm` would; try both.)
+# 6. **The biLM on real text.** The longer run's token vectors collapse
+#    onto one direction. Follow their mean cosine during training to see
+#    when, then fix it: normalise the token vectors before the LSTMs, say,
+#    or give the character CNN a smaller learning rate. Does the biLM then
+#    beat the Kneser-Ney trigram?
 
 # %% [markdown]
 # ## References
