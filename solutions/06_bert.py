@@ -405,17 +405,55 @@ print(out.shape)  # torch.Size([1, 8, 8])
 assert torch.allclose(out.mean(-1), torch.zeros(1, 8), atol=1e-5)
 
 # %% [markdown]
-# ### Optional: BERT around your embeddings
+# ### BERT around your embeddings
 #
 # `attnkit.pretrained.load_bert` builds BERT around your `BertEmbeddings`,
 # with BERT's post-norm encoder layers (PyTorch's `nn.TransformerEncoderLayer`),
 # its pooler and its masked-LM head tied to your token embedding, and copies
-# `bert-base-uncased`'s weights into them. The cell compares the MLM
-# logits with Hugging Face `transformers`' and fills a `[MASK]`. It needs
-# the internet and `pip install transformers` (about 440 MB of weights), so
-# it runs only when you set `FETCH = True` or the environment variable
-# `ATTNKIT_FETCH_WEIGHTS=1`. The course's tests check the same equality
-# offline, on a small random BERT.
+# the weights of a Hugging Face `transformers` BERT into them. Is the result
+# the same function? The first cell checks it offline. It builds a small
+# `transformers` BERT with random weights (2 layers, width 32, moved by noise
+# so that no weight is a round number), loads it around your class, and
+# compares the masked-LM logits of both on random tokens of two segments.
+# It needs `transformers` (`pip install transformers==5.24.0`) and skips
+# with a message where it is absent.
+
+# %% tags=["skip-grading"]
+from attnkit.glue import glue
+from attnkit.pretrained import load_bert, max_logit_difference
+
+try:
+    import transformers
+except ImportError:
+    transformers = None
+if transformers is None:
+    glue("ch06_hf_random_diff", "not measured here, because transformers is not installed")
+    print("Skipped: pip install transformers==5.24.0 to compare your BERT with transformers' BERT.")
+else:
+    torch.manual_seed(0)
+    tiny_cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                       intermediate_size=128, max_position_embeddings=32, pad_token_id=0)
+    hf_tiny = transformers.BertForPreTraining(tiny_cfg).eval()
+    with torch.no_grad():
+        for p in hf_tiny.parameters():
+            p.add_(0.2 * torch.randn(p.shape))          # no round weights: LayerNorm gains not exactly 1
+    tiny = load_bert(BertEmbeddings, hf_tiny)          # attnkit's Bert around your class
+    x = torch.randint(1, 99, (3, 20))                  # (B, T) random tokens
+    types = (torch.arange(20) >= 10).long().expand(3, 20)   # segment A, then B
+    with torch.no_grad():
+        tiny_diff = max_logit_difference(tiny.mlm_logits(x, types),
+                                         hf_tiny(input_ids=x, token_type_ids=types).prediction_logits)
+    glue("ch06_hf_random_diff", f"{tiny_diff:.1e}")
+    print(f"largest MLM logit difference from transformers' BERT (random weights): {tiny_diff:.1e}")
+
+# %% [markdown]
+# The largest difference between the two models' masked-LM logits is
+# {glue:text}`ch06_hf_random_diff`: float32 rounding, so your embeddings in
+# attnkit's `Bert` are BERT. The next cell does the same with the real
+# `bert-base-uncased` weights and fills a `[MASK]`. It needs the internet
+# and about 440 MB of weights, so it runs only when you set `FETCH = True`
+# or the environment variable `ATTNKIT_FETCH_WEIGHTS=1`. The page was
+# built offline, so on the page it says it was skipped.
 
 # %% tags=["skip-grading"]
 import os
@@ -424,21 +462,21 @@ FETCH = os.environ.get("ATTNKIT_FETCH_WEIGHTS") == "1"
 if FETCH:
     from transformers import AutoTokenizer, BertForPreTraining
 
-    from attnkit.pretrained import load_bert, max_logit_difference
     hf_bert = BertForPreTraining.from_pretrained("bert-base-uncased").eval()
     bert_tok = AutoTokenizer.from_pretrained("bert-base-uncased")
     bert = load_bert(BertEmbeddings, hf_bert)        # attnkit's Bert around your class
-    bert_enc = bert_tok("The capital of France is [MASK].", return_tensors="pt")
-    with torch.no_grad():
-        bert_mlm = bert.mlm_logits(bert_enc["input_ids"], bert_enc["token_type_ids"])
-        bert_diff = max_logit_difference(bert_mlm, hf_bert(**bert_enc).prediction_logits)
-    print(f"largest logit difference from transformers: {bert_diff:.1e}")  # float32 rounding only
-    mask_at = bert_enc["input_ids"][0].tolist().index(bert_tok.mask_token_id)
-    best = bert_mlm[0, mask_at].topk(5).indices                          # the 5 likeliest tokens
-    print("[MASK] ->", bert_tok.convert_ids_to_tokens(best.tolist()))
+    for text in ("The capital of France is [MASK].", "The [MASK] statement raises an exception."):
+        bert_enc = bert_tok(text, return_tensors="pt")
+        with torch.no_grad():
+            bert_mlm = bert.mlm_logits(bert_enc["input_ids"], bert_enc["token_type_ids"])
+            bert_diff = max_logit_difference(bert_mlm, hf_bert(**bert_enc).prediction_logits)
+        mask_at = bert_enc["input_ids"][0].tolist().index(bert_tok.mask_token_id)
+        best = bert_mlm[0, mask_at].topk(5).indices                          # the 5 likeliest tokens
+        print(f"{text}  [MASK] -> {bert_tok.convert_ids_to_tokens(best.tolist())} "
+              f"(largest logit difference from transformers: {bert_diff:.1e})")
 else:
-    print("Skipped: set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased around "
-          "your BertEmbeddings.")
+    print("Skipped (offline): set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased "
+          "around your BertEmbeddings.")
 
 # %% [markdown]
 # ### The masking rule
@@ -1696,6 +1734,132 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
         "ch06_gap_concat_hi": "the same gap, upper end of its 95% interval",
         "ch06_am_last_minus_emb": "100% [MASK]: last layer minus its embeddings",
         "ch06_am_rows_below_emb": "100% [MASK]: contextual rows below its embeddings"}, digits=1)
+
+# %% [markdown]
+# ## BERT on real text
+#
+# PLACEHOLDER_INTRO
+
+# %% tags=["skip-grading"]
+import time
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from attnkit import corpora
+from attnkit.checkpoints import checkpoint
+from attnkit.pretrained import Bert
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+R_PAD, R_UNK, R_CLS, R_SEP, R_MASK = range(5)
+SEQ, HALF = 64, 30          # a pre-training row: [CLS] A [SEP] B [SEP], 61 word pieces; a pair side: 30
+
+
+def train_wordpiece(texts: list[str], vocab_size: int = 4000) -> Tokenizer:
+    """A WordPiece vocabulary learned on texts (HF tokenizers), with BERT's uncased normalisation."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)    # lower case, accents stripped
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()           # split on spaces and punctuation
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+WP = train_wordpiece([d.text for d in corpora.prose("train")])
+PIECES = [WP.id_to_token(i) for i in range(WP.get_vocab_size())]
+PROSE_IDS = {split: torch.tensor([i for e in WP.encode_batch([d.text for d in corpora.prose(split)])
+                                  for i in e.ids]) for split in ("train", "valid")}
+
+
+def prose_batch(split: str, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """n rows [CLS] A [SEP] B [SEP] of SEQ pieces: 61 consecutive pieces of `split`, cut in two at random."""
+    ids = PROSE_IDS[split]
+    starts = torch.randint(0, len(ids) - SEQ, (n,), generator=gen)
+    cuts = torch.randint(10, SEQ - 13, (n,), generator=gen)
+    rows = [bert_input(ids[s:s + c], ids[s + c:s + SEQ - 3], cls_id=R_CLS, sep_id=R_SEP)
+            for s, c in zip(starts.tolist(), cuts.tolist())]
+    return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])   # (n, SEQ) each
+
+
+def build() -> Bert:
+    """Your BertEmbeddings in BERT's post-norm encoder (attnkit's Bert), BERT's N(0, 0.02) init, tied decoder."""
+    torch.manual_seed(0)
+    model = Bert(BertEmbeddings(len(PIECES), 128, max_len=SEQ, dropout=0.0), len(PIECES), d_model=128,
+                 n_layers=4, n_heads=4, d_ff=512, dropout=0.0, nsp=False)
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=0.02)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+    model.mlm_head[3].weight = model.embed.token.weight       # BERT ties the decoder to the embedding
+    return model
+
+
+def masked_rows(split: str, n: int, seed: int):
+    """Fixed rows and masks of `split` (your mlm_mask): inputs, segments, labels."""
+    gen = torch.Generator().manual_seed(seed)
+    ids, seg = prose_batch(split, n, gen)
+    inputs, labels = mlm_mask(ids, R_MASK, len(PIECES), ids < 5, generator=gen)
+    return inputs, seg, labels
+
+
+VALID_ROWS = masked_rows("valid", 1000, seed=1)
+
+
+def masked_predictions(model: nn.Module, rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities (N, V) at the selected positions, and their labels (N,)."""
+    inputs, seg, labels = rows
+    out, gold = [], []
+    with torch.no_grad():
+        for i in range(0, len(inputs), 200):
+            lab = labels[i:i + 200]
+            h = model(inputs[i:i + 200], seg[i:i + 200])[-1]                 # (b, T, D)
+            out.append(model.mlm_head(h[lab != -100]).log_softmax(-1))       # (n, V)
+            gold.append(lab[lab != -100])
+    return torch.cat(out), torch.cat(gold)
+
+
+def evaluate(model: nn.Module) -> dict:
+    """On 1000 fixed validation rows: accuracy at the [MASK] positions, cross-entropy at all selected ones."""
+    logp, gold = masked_predictions(model.eval(), VALID_ROWS)
+    at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK                    # (N,)
+    return {"ch06_real_mlm_acc": (logp.argmax(-1) == gold)[at_mask].float().mean().item(),
+            "ch06_real_mlm_loss": F.nll_loss(logp, gold).item()}
+
+
+@checkpoint("06_bert", build=build, evaluate=evaluate, steps=4000)
+def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 1e-3,
+               warmup: int = 200, threads: int = 2, report: int = 200) -> list[dict]:
+    """MLM on the prose corpus with your mlm_mask and mlm_loss: AdamW, warm-up then linear decay."""
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
+                            lr=lr)
+    log, cpu0 = [], time.process_time()
+    for step in range(1, steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr * min(step / warmup, (steps - step + 1) / (steps - warmup + 1))
+        ids, seg = prose_batch("train", batch, gen)
+        inputs, labels = mlm_mask(ids, R_MASK, len(PIECES), ids < 5, generator=gen)
+        h = model(inputs.to(device), seg.to(device))[-1]                       # (B, T, D)
+        labels = labels.to(device)
+        logits = model.mlm_head(h[labels != -100])                               # (N, V): selected only
+        loss = mlm_loss(logits[None], labels[labels != -100][None])
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % report == 0 or step == steps:
+            metrics = evaluate(model)
+            model.train()
+            log.append({"step": step, "loss": round(loss.item(), 4),
+                        "val_acc": round(metrics["ch06_real_mlm_acc"], 4),
+                        "val_loss": round(metrics["ch06_real_mlm_loss"], 4),
+                        "cpu_s": round(time.process_time() - cpu0, 1)})
+    return log
 
 # %% [markdown]
 # ## Summary
