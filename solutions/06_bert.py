@@ -1908,7 +1908,7 @@ def evaluate(model: nn.Module) -> dict:
             "ch06_real_mlm_loss": F.nll_loss(logp, gold).item()}
 
 
-@checkpoint("06_bert", build=build, evaluate=evaluate, steps=3000)
+@checkpoint("06_bert", build=build, evaluate=evaluate, steps=2000)
 def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 1e-3,
                warmup: int = 200, threads: int = 2, report: int = 200) -> list[dict]:
     """MLM on the prose corpus with your mlm_mask and mlm_loss: AdamW, warm-up then linear decay."""
