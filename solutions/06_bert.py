@@ -500,6 +500,7 @@ FETCH = os.environ.get("ATTNKIT_FETCH_WEIGHTS") == "1"
 if FETCH:
     from transformers import AutoTokenizer, BertForPreTraining
 
+    from attnkit.pretrained import load_bert, max_logit_difference
     hf_bert = BertForPreTraining.from_pretrained("bert-base-uncased").eval()
     bert_tok = AutoTokenizer.from_pretrained("bert-base-uncased")
     bert = load_bert(BertEmbeddings, hf_bert)        # attnkit's Bert around your class
@@ -510,11 +511,11 @@ if FETCH:
             bert_diff = max_logit_difference(bert_mlm, hf_bert(**bert_enc).prediction_logits)
         mask_at = bert_enc["input_ids"][0].tolist().index(bert_tok.mask_token_id)
         best = bert_mlm[0, mask_at].topk(5).indices                          # the 5 likeliest tokens
-        print(f"{text}  [MASK] -> {bert_tok.convert_ids_to_tokens(best.tolist())} "
-              f"(largest logit difference from transformers: {bert_diff:.1e})")
+        print(f"largest logit difference from transformers: {bert_diff:.1e}")  # float32 rounding only
+        print(text, "[MASK] ->", bert_tok.convert_ids_to_tokens(best.tolist()))
 else:
-    print("Skipped (offline): set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased "
-          "around your BertEmbeddings.")
+    print("Skipped: set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased around "
+          "your BertEmbeddings (this page was built offline).")
 
 # %% [markdown]
 # ### The masking rule
