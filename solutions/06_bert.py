@@ -469,20 +469,21 @@ if transformers is None:
     print("Skipped: pip install transformers==5.24.0 to compare your BERT with transformers' BERT.")
 else:
     torch.manual_seed(0)
-    tiny_cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                       intermediate_size=128, max_position_embeddings=32, pad_token_id=0)
+    tiny_cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=128,
+                                       max_position_embeddings=32, pad_token_id=0)
     hf_tiny = transformers.BertForPreTraining(tiny_cfg).eval()
     with torch.no_grad():
         for p in hf_tiny.parameters():
-            p.add_(0.2 * torch.randn(p.shape))          # no round weights: LayerNorm gains not exactly 1
+            p.add_(0.2 * torch.randn(p.shape))   # no round weights: LayerNorm gains not 1
     tiny = load_bert(BertEmbeddings, hf_tiny)          # attnkit's Bert around your class
     x = torch.randint(1, 99, (3, 20))                  # (B, T) random tokens
     types = (torch.arange(20) >= 10).long().expand(3, 20)   # segment A, then B
     with torch.no_grad():
-        tiny_diff = max_logit_difference(tiny.mlm_logits(x, types),
-                                         hf_tiny(input_ids=x, token_type_ids=types).prediction_logits)
-    glue("ch06_hf_random_diff", f"{tiny_diff:.1e}: float32 rounding, so your embeddings in attnkit's "
-                                "Bert are BERT")
+        theirs = hf_tiny(input_ids=x, token_type_ids=types).prediction_logits
+        tiny_diff = max_logit_difference(tiny.mlm_logits(x, types), theirs)
+    glue("ch06_hf_random_diff",
+         f"{tiny_diff:.1e}: float32 rounding, so your embeddings in attnkit's Bert are BERT")
     print(f"largest MLM logit difference from transformers' BERT (random weights): {tiny_diff:.1e}")
 
 # %% [markdown]
@@ -510,8 +511,8 @@ if FETCH:
             bert_mlm = bert.mlm_logits(bert_enc["input_ids"], bert_enc["token_type_ids"])
             bert_diff = max_logit_difference(bert_mlm, hf_bert(**bert_enc).prediction_logits)
         mask_at = bert_enc["input_ids"][0].tolist().index(bert_tok.mask_token_id)
-        best = bert_mlm[0, mask_at].topk(5).indices                          # the 5 likeliest tokens
-        print(f"largest logit difference from transformers: {bert_diff:.1e}")  # float32 rounding only
+        best = bert_mlm[0, mask_at].topk(5).indices                 # the 5 likeliest tokens
+        print(f"largest logit difference from transformers: {bert_diff:.1e}")  # float32 only
         print(text, "[MASK] ->", bert_tok.convert_ids_to_tokens(best.tolist()))
 else:
     print("Skipped: set FETCH = True (or ATTNKIT_FETCH_WEIGHTS=1) to load bert-base-uncased around "
@@ -1830,18 +1831,19 @@ from attnkit.pretrained import Bert
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 R_PAD, R_UNK, R_CLS, R_SEP, R_MASK = range(5)
-SEQ, HALF = 64, 30          # a pre-training row: [CLS] A [SEP] B [SEP], 61 word pieces; a pair side: 30
+SEQ, HALF = 64, 30   # a row: [CLS] A [SEP] B [SEP] with 61 pieces; a pair side: at most 30
 
 
 def train_wordpiece(texts: list[str], vocab_size: int = 4000) -> Tokenizer:
-    """A WordPiece vocabulary learned on texts (HF tokenizers), with BERT's uncased normalisation."""
+    """A WordPiece vocabulary learned on texts (HF tokenizers), BERT's uncased normalisation."""
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)    # lower case, accents stripped
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()           # split on spaces and punctuation
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()       # split on spaces and punctuation
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                        show_progress=False)
     tok.train_from_iterator(texts, trainer)
-    pieces = sorted(set(tok.get_vocab()) - set(SPECIALS))   # the trainer's id order varies from run to run
+    pieces = sorted(set(tok.get_vocab()) - set(SPECIALS))   # the trainer's id order varies by run
     tok.model = models.WordPiece({p: i for i, p in enumerate(SPECIALS + pieces)}, unk_token="[UNK]",
                                  max_input_chars_per_word=100)
     return tok
@@ -1854,7 +1856,8 @@ PROSE_IDS = {split: torch.tensor([i for e in WP.encode_batch([d.text for d in co
 
 
 def prose_batch(split: str, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """n rows [CLS] A [SEP] B [SEP] of SEQ pieces: 61 consecutive pieces of `split`, cut in two at random."""
+    """n rows [CLS] A [SEP] B [SEP] of SEQ pieces: 61 consecutive pieces of `split`, cut in two
+    at a random point."""
     ids = PROSE_IDS[split]
     starts = torch.randint(0, len(ids) - SEQ, (n,), generator=gen)
     cuts = torch.randint(10, SEQ - 13, (n,), generator=gen)
@@ -1864,16 +1867,18 @@ def prose_batch(split: str, n: int, gen: torch.Generator) -> tuple[torch.Tensor,
 
 
 def build() -> Bert:
-    """Your BertEmbeddings in BERT's post-norm encoder (attnkit's Bert), BERT's N(0, 0.02) init, tied decoder."""
+    """Your BertEmbeddings in BERT's post-norm encoder (attnkit's Bert): BERT's N(0, 0.02)
+    init, the decoder tied to the token embedding."""
     torch.manual_seed(0)
-    model = Bert(BertEmbeddings(len(PIECES), 128, max_len=SEQ, dropout=0.0), len(PIECES), d_model=128,
-                 n_layers=4, n_heads=4, d_ff=512, dropout=0.0, nsp=False)
+    embed = BertEmbeddings(len(PIECES), 128, max_len=SEQ, dropout=0.0)
+    model = Bert(embed, len(PIECES), d_model=128, n_layers=4, n_heads=4, d_ff=512, dropout=0.0,
+                 nsp=False)
     for name, p in model.named_parameters():
         if p.dim() == 2:
             nn.init.normal_(p, std=0.02)
         elif name.endswith("bias"):
             nn.init.zeros_(p)
-    model.mlm_head[3].weight = model.embed.token.weight       # BERT ties the decoder to the embedding
+    model.mlm_head[3].weight = model.embed.token.weight   # BERT ties decoder and embedding
     return model
 
 
@@ -1902,7 +1907,8 @@ def masked_predictions(model: nn.Module, rows) -> tuple[torch.Tensor, torch.Tens
 
 
 def evaluate(model: nn.Module) -> dict:
-    """On 1000 fixed validation rows: accuracy at the [MASK] positions, cross-entropy at all selected ones."""
+    """On 1000 fixed validation rows: accuracy at the [MASK] positions, cross-entropy at all
+    selected ones."""
     logp, gold = masked_predictions(model.eval(), VALID_ROWS)
     at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK                    # (N,)
     return {"ch06_real_mlm_acc": (logp.argmax(-1) == gold)[at_mask].float().mean().item(),
@@ -1910,16 +1916,17 @@ def evaluate(model: nn.Module) -> dict:
 
 
 @checkpoint("06_bert", build=build, evaluate=evaluate, steps=2000)
-def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 1e-3,
-               warmup: int = 200, threads: int = 2, report: int = 200) -> list[dict]:
+def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 32,
+               lr: float = 1e-3, warmup: int = 200, threads: int = 2,
+               report: int = 200) -> list[dict]:
     """MLM on the prose corpus with your mlm_mask and mlm_loss: AdamW, warm-up then linear decay."""
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
-                            lr=lr)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": other, "weight_decay": 0.0}], lr=lr)
     log, cpu0 = [], time.process_time()
     for step in range(1, steps + 1):
         for group in opt.param_groups:
@@ -1928,7 +1935,7 @@ def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 
         inputs, labels = mlm_mask(ids, R_MASK, len(PIECES), ids < 5, generator=gen)
         h = model(inputs.to(device), seg.to(device))[-1]                       # (B, T, D)
         labels = labels.to(device)
-        logits = model.mlm_head(h[labels != -100])                               # (N, V): selected only
+        logits = model.mlm_head(h[labels != -100])                 # (N, V): selected only
         loss = mlm_loss(logits[None], labels[labels != -100][None])
         opt.zero_grad()
         loss.backward()
@@ -1961,8 +1968,8 @@ valid_words = {w for d in corpora.prose("valid")
                for w, _ in WP.pre_tokenizer.pre_tokenize_str(WP.normalizer.normalize_str(d.text))}
 same_pieces = sum(wordpiece_tokenize(w, WP.get_vocab()) == [t.value for t in WP.model.tokenize(w)]
                   for w in valid_words)
-print(f"your wordpiece_tokenize cuts {same_pieces} of the {len(valid_words)} distinct validation words "
-      f"as HF's WordPiece does")
+print(f"your wordpiece_tokenize cuts {same_pieces} of the {len(valid_words)} distinct "
+      f"validation words as HF's WordPiece does")
 
 
 def ngram_fill(rows, sides: str) -> torch.Tensor:
@@ -1993,11 +2000,16 @@ def ngram_fill(rows, sides: str) -> torch.Tensor:
 
 
 _, gold = masked_predictions(long_bert, VALID_ROWS)
-at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK                     # (N,): the [MASK] positions
+at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK           # (N,): the [MASK] positions
 unigram_piece = Counter(PROSE_IDS["train"].tolist()).most_common(1)[0][0]
-mlm_rows = {"unigram: always the most frequent piece": (gold == unigram_piece)[at_mask].float().mean().item(),
-            "bigram: the left neighbour": (ngram_fill(VALID_ROWS, "left") == gold)[at_mask].float().mean().item(),
-            "n-gram: both neighbours": (ngram_fill(VALID_ROWS, "both") == gold)[at_mask].float().mean().item(),
+def at_mask_acc(pred: torch.Tensor) -> float:
+    return (pred == gold)[at_mask].float().mean().item()
+
+
+always = torch.full_like(gold, unigram_piece)
+mlm_rows = {"unigram: always the most frequent piece": at_mask_acc(always),
+            "bigram: the left neighbour": at_mask_acc(ngram_fill(VALID_ROWS, "left")),
+            "n-gram: both neighbours": at_mask_acc(ngram_fill(VALID_ROWS, "both")),
             "BERT, short run": evaluate(short_bert)["ch06_real_mlm_acc"],
             "BERT, longer run": long_record["metrics"]["ch06_real_mlm_acc"]}
 for name, acc in mlm_rows.items():
@@ -2010,7 +2022,7 @@ glue("ch06_real_mask_positions", int(at_mask.sum()))
 short_names = ("the unigram guess", "the bigram", "the two-neighbour n-gram")
 beaten = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] > acc]
 kept = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] <= acc]
-glue("ch06_real_verdict", "the longer run beats " + (" and ".join(beaten) or "none of the baselines")
+glue("ch06_real_verdict", "the longer run beats " + (" and ".join(beaten) or "no baseline")
      + ("" if not kept else ", but not " + " and ".join(kept)))
 glue("ch06_real_vocab", len(PIECES))
 glue("ch06_real_train_pieces", len(PROSE_IDS["train"]))
@@ -2024,7 +2036,8 @@ glue("ch06_wp_same", same_pieces)
 glue("ch06_wp_words", len(valid_words))
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
-    ax.plot([r["cpu_s"] for r in log], [100 * r["val_acc"] for r in log], marker=".", label=f"BERT, {name}")
+    ax.plot([r["cpu_s"] for r in log], [100 * r["val_acc"] for r in log], marker=".",
+            label=f"BERT, {name}")
 for (name, acc), style in zip(list(mlm_rows.items())[:3], (":", "--", "-.")):
     ax.axhline(100 * acc, color="gray", linestyle=style, label=name)
 ax.set_xlabel("CPU seconds of training")
@@ -2060,7 +2073,7 @@ plt.show()
 import re
 
 def fill(model: nn.Module, sentence: str, word: str, k: int = 5) -> list[tuple[str, float]]:
-    """The k likeliest pieces, with their probabilities, for `word` replaced by [MASK] in sentence."""
+    """The k likeliest pieces and their probabilities for `word` masked in `sentence`."""
     pieces = WP.encode(sentence).tokens
     at = pieces.index(word)
     ids = torch.tensor(WP.encode(sentence).ids[:SEQ - 2])
@@ -2074,7 +2087,8 @@ def fill(model: nn.Module, sentence: str, word: str, k: int = 5) -> list[tuple[s
 
 def held_out_sentences(words: list[str], n_words: tuple = (8, 25)) -> list[tuple[str, str]]:
     """For each word, the first validation sentence (8 to 25 words) in which it is a whole piece."""
-    sentences = [" ".join(s.split()) for d in corpora.prose("valid") for s in re.split(r"(?<=\.)\s", d.text)]
+    sentences = [" ".join(s.split()) for d in corpora.prose("valid")
+                 for s in re.split(r"(?<=\.)\s", d.text)]
     out = []
     for w in words:
         for s in sentences:
@@ -2088,7 +2102,8 @@ FILL_WORDS = ["returns", "raised", "list", "file", "default", "string"]
 for sentence, word in held_out_sentences(FILL_WORDS):
     print(re.sub(rf"\b{word}\b", "[MASK]", sentence, count=1, flags=re.I), f"  (the word: {word})")
     for name, model in (("short", short_bert), ("longer", long_bert)):
-        print(f"   {name:6s} run: " + ", ".join(f"{t} {p:.2f}" for t, p in fill(model, sentence, word)))
+        top = fill(model, sentence, word)
+        print(f"   {name:6s} run: " + ", ".join(f"{t} {p:.2f}" for t, p in top))
 
 # %% [markdown]
 # The short run mostly answers frequent pieces: punctuation, "the". The
@@ -2156,7 +2171,8 @@ def unk_share(texts: list[str]) -> float:
     return 100 * sum(i == R_UNK for i in pieces) / len(pieces)
 
 
-coverage = {lang: unk_share([p.tgt for p in corpora.parallel(lang, "test")]) for lang in ("ru", "fr")}
+coverage = {lang: unk_share([p.tgt for p in corpora.parallel(lang, "test")])
+            for lang in ("ru", "fr")}
 coverage["en"] = unk_share([p.src for p in corpora.parallel("fr", "test")])
 print(f"[UNK] among the pieces: English {coverage['en']:.1f}%, French {coverage['fr']:.1f}%, "
       f"Russian {coverage['ru']:.1f}%")
@@ -2179,7 +2195,7 @@ def near_misses(pairs) -> list[int]:
         for i, s in enumerate(sets):
             m[i, [vocab[w] for w in s if w in vocab]] = 1
         return m
-    shared = hot(src) @ hot(tgt).T                                              # (n, n) words in common
+    shared = hot(src) @ hot(tgt).T                                   # (n, n) words in common
     length = torch.tensor([len(p.tgt) for p in pairs], dtype=torch.float)
     score = shared - (length[None, :] / length[:, None]).log().abs()          # (n, n)
     fs, ft = [corpora.fold(p.src) for p in pairs], [corpora.fold(p.tgt) for p in pairs]
@@ -2190,12 +2206,13 @@ def near_misses(pairs) -> list[int]:
 
 
 def pair_set(split: str):
-    """Every pair of the split as a positive (label 1), and its near miss as a negative (label 0)."""
+    """Every pair of the split as a positive (label 1), its near miss as a negative (0)."""
     pairs = corpora.parallel(FT_LANG, split)
     neg = near_misses(pairs)
-    rows = [(p.src, p.tgt, 1) for p in pairs] + [(p.src, pairs[j].tgt, 0) for p, j in zip(pairs, neg)]
-    packed = [bert_input(WP.encode(s).ids[:HALF], WP.encode(t).ids[:HALF], cls_id=R_CLS, sep_id=R_SEP)
-              for s, t, _ in rows]
+    rows = [(p.src, p.tgt, 1) for p in pairs]
+    rows += [(p.src, pairs[j].tgt, 0) for p, j in zip(pairs, neg)]
+    packed = [bert_input(WP.encode(s).ids[:HALF], WP.encode(t).ids[:HALF], cls_id=R_CLS,
+                         sep_id=R_SEP) for s, t, _ in rows]
     ids = nn.utils.rnn.pad_sequence([p[0] for p in packed], batch_first=True, padding_value=R_PAD)
     seg = nn.utils.rnn.pad_sequence([p[1] for p in packed], batch_first=True, padding_value=0)
     return ids, seg, torch.tensor([r[2] for r in rows]), rows
@@ -2221,7 +2238,7 @@ def cls_state(encoder: nn.Module, ids, seg) -> torch.Tensor:
 
 
 def fit(encoder: nn.Module | None, head: nn.Module, data, seed: int, lr: float) -> None:
-    """Train head (and encoder, unless None: then data[0] holds fixed features) on data, cross-entropy."""
+    """Train head (and encoder; if None, data[0] holds fixed features) by cross-entropy."""
     params = list(head.parameters()) + ([] if encoder is None else list(encoder.parameters()))
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
@@ -2275,8 +2292,9 @@ def fine_tune_runs() -> dict[str, list[tuple[float, float]]]:
             head = classifier_head(128, seed)
             fit(encoder, head, FT_TRAIN, seed, lr=1e-4)
             with torch.no_grad():
-                pred = torch.cat([head(cls_state(encoder.eval(), *trim(FT_TEST[0][i:i + 256], FT_TEST[1][i:i + 256])))
-                                  for i in range(0, len(FT_TEST[2]), 256)]).argmax(-1)
+                batches = [trim(FT_TEST[0][i:i + 256], FT_TEST[1][i:i + 256])
+                           for i in range(0, len(FT_TEST[2]), 256)]
+                pred = torch.cat([head(cls_state(encoder.eval(), *b)) for b in batches]).argmax(-1)
             results[name].append(scores(pred, FT_TEST[2]))
         head = classifier_head(256, seed)
         fit(None, head, train_frozen, seed, lr=1e-3)
@@ -2304,7 +2322,8 @@ for key, name in (("ft", "fine-tuned (pre-trained)"), ("scratch", "same model fr
         glue(f"ch06_{key}_{metric}", sum(values) / len(values))
         glue(f"ch06_{key}_{metric}_min", min(values))
         glue(f"ch06_{key}_{metric}_max", max(values))
-gains = [a[0] - b[0] for a, b in zip(ft_results["fine-tuned (pre-trained)"], ft_results["same model from scratch"])]
+gains = [a[0] - b[0] for a, b in zip(ft_results["fine-tuned (pre-trained)"],
+                                     ft_results["same model from scratch"])]
 glue("ch06_ft_gain", sum(gains) / len(gains))
 glue("ch06_ft_gain_min", min(gains))
 glue("ch06_ft_gain_max", max(gains))
