@@ -1,0 +1,70 @@
+"""Chapter 06's real-text section: its WordPiece vocabulary, and the near-miss negatives of its
+fine-tuning task (the page's own cells, run on the reference's graded path)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from attnkit import corpora
+
+
+@pytest.fixture(scope="module")
+def ch06() -> dict:
+    """The reference's graded path, then the checkpoint cell and the fine-tuning data cell."""
+    from autograder.reference import load_reference
+    from course.exercises import read_solution
+    ns = dict(vars(load_reference("06_bert")))
+    cells = [c.source for c in read_solution("06_bert").cells if c.cell_type == "code"]
+    for marker in ('@checkpoint("06_bert"', "def near_misses("):
+        source = next(s for s in cells if marker in s)
+        exec(compile(source, f"<06_bert: {marker}>", "exec"), ns)
+    return ns
+
+
+def test_the_vocabulary_has_one_order_whatever_the_process(ch06):
+    """The trainer numbers pieces in an order that changes between processes; the chapter sorts
+    them, so the committed weights' ids mean the same pieces on every machine."""
+    pieces = ch06["PIECES"]
+    assert pieces[:5] == ch06["SPECIALS"]
+    assert pieces[5:] == sorted(pieces[5:])
+    assert len(pieces) == ch06["WP"].get_vocab_size() == 4000
+
+
+def test_your_wordpiece_cuts_words_as_the_trained_tokenizer_does(ch06):
+    """The graded wordpiece_tokenize with the learned vocabulary gives HF's pieces, word for word."""
+    wp, vocab = ch06["WP"], ch06["WP"].get_vocab()
+    text = " ".join(d.text for d in corpora.prose("test")[:20])
+    words = {w for w, _ in wp.pre_tokenizer.pre_tokenize_str(wp.normalizer.normalize_str(text))}
+    assert len(words) > 500
+    for w in sorted(words):
+        assert ch06["wordpiece_tokenize"](w, vocab) == [t.value for t in wp.model.tokenize(w)], w
+
+
+def test_a_near_miss_is_never_the_translation_nor_a_variant_of_it(ch06):
+    """Is each negative another pair's translation, and never one of the same folded source or target?"""
+    pairs = corpora.parallel("fr", "test")
+    neg = ch06["near_misses"](pairs)
+    assert len(neg) == len(pairs)
+    for i, j in enumerate(neg):
+        assert j != i
+        assert corpora.fold(pairs[j].tgt) != corpora.fold(pairs[i].tgt)
+        assert corpora.fold(pairs[j].src) != corpora.fold(pairs[i].src)
+
+
+def test_a_near_miss_shares_more_words_with_the_source_than_a_random_wrong_translation(ch06):
+    """Near misses are hard negatives: on average they share more words with the English source."""
+    pairs = corpora.parallel("fr", "test")
+    neg, words = ch06["near_misses"](pairs), ch06["words"]
+    rng = random.Random(0)
+    shared_near = sum(len(words(p.src) & words(pairs[j].tgt)) for p, j in zip(pairs, neg))
+    shared_random = sum(len(words(p.src) & words(pairs[rng.choice([k for k in range(len(pairs)) if k != i])].tgt))
+                        for i, p in enumerate(pairs))
+    assert shared_near > 2 * shared_random
+
+
+def test_the_pair_set_is_balanced_and_fits_the_model(ch06):
+    ids, seg, labels, rows = ch06["FT_TEST"]
+    assert labels.float().mean().item() == 0.5
+    assert ids.shape[1] <= ch06["SEQ"] and ids.shape == seg.shape
+    assert (ids[:, 0] == ch06["R_CLS"]).all()
