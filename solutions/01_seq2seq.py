@@ -2076,7 +2076,7 @@ def max_len_for(source: str) -> int:
     return min(80, 2 * len(FR.encode(source)) + 10)
 
 
-SW_SRC, SW_REF = FR_SRC[:100], FR_REF[:100]          # the sweep's sentences: the first 100 of the test set
+SW_SRC, SW_REF = FR_SRC[:100], FR_REF[:100]          # the sweep: the first 100 test sentences
 glue("ch01_fr_n_sweep", len(SW_SRC))
 with torch.no_grad():                                 # log p(reference | source), <eos> included
     ref_log_p = []
@@ -2134,7 +2134,8 @@ glue("ch01_fr_ref_mean_log_p", sum(finite) / len(finite))
 glue("ch01_fr_ref_unk", len(ref_log_p) - len(finite))
 glue("ch01_fr_sweep_cpu", sweep_cpu)
 print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
-      f"{sum(finite) / len(finite):.2f} (without the {len(ref_log_p) - len(finite)} holding <unk>); "
+      f"{sum(finite) / len(finite):.2f} "
+      f"(without the {len(ref_log_p) - len(finite)} holding <unk>); "
       f"the sweep took {sweep_cpu:.0f} CPU-seconds")
 
 # %% [markdown]

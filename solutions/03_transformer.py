@@ -1449,14 +1449,17 @@ FIELD_WRITTEN = {t: f for f, ts in (("year", range(4)), ("month", (5, 6)), ("day
 
 
 def source_fields(source: str) -> list[str]:
-    """The field (day, month, year) of each character of `source`; a space joins the field before it."""
+    """The field (day, month, year) of each character of `source`.
+
+    A space joins the field before it."""
     day, month, year = source.split(" ")
     return ["day"] * (len(day) + 1) + ["month"] * (len(month) + 1) + ["year"] * len(year)
 
 
 def field_hits(model: Transformer, sources: list[str], targets: list[str]) -> list[int]:
     """For each date, of the 8 digits written, how many have their own field as the source field
-    with the most last-layer cross-attention (mean of heads), the decoder reading the right prefix."""
+    with the most last-layer cross-attention (mean of heads),
+    the decoder reading the right prefix."""
     src_ids = src_vocab.encode_batch(sources).to(device)                        # (B, S)
     tgt_ids = tgt_vocab.encode_batch(targets, bos=True, eos=True).to(device)    # (B, 12)
     with torch.no_grad():
@@ -1728,7 +1731,8 @@ print("encoder, last layer, share of each head's weight in the query's own field
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("cross_attention_reads_the_field", "Over 50 test dates, the field of the source with the most "
+claim("cross_attention_reads_the_field",
+      "Over 50 test dates, the field of the source with the most "
       "last-layer cross-attention (mean of the heads) is the field being written for more than 6 "
       "of the 8 digits on average.", lambda g: g["ch03_field_hits_mean"] > 6)
 
@@ -2103,7 +2107,8 @@ def build_mt() -> Transformer:
 
 
 @torch.no_grad()
-def translate_mt(model: Transformer, sentences: list[str], beam: int = 0, batch: int = 50) -> list[str]:
+def translate_mt(model: Transformer, sentences: list[str], beam: int = 0,
+                 batch: int = 50) -> list[str]:
     """Greedy (beam=0) or beam_search_until_done (alpha 0.6) translations, at most 1.5 times the
     source's pieces plus 10; sentences of similar length are decoded together."""
     model.eval()
@@ -2153,7 +2158,7 @@ def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 30
         for group in opt.param_groups:
             group["lr"] = noam_lr(step, model.d_model, warmup)
         pairs = next(stream)
-        src, tgt = pad([x for x, _ in pairs]), pad([y for _, y in pairs])             # (B, S), (B, T + 1)
+        src, tgt = pad([x for x, _ in pairs]), pad([y for _, y in pairs])  # (B, S), (B, T + 1)
         model.train()
         loss = label_smoothed_nll(model(src, tgt[:, :-1]), tgt[:, 1:], eps=0.1, pad_id=PAD)
         opt.zero_grad()
@@ -2162,7 +2167,8 @@ def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 30
         opt.step()
         if step % report == 0 or step == steps:
             kept = (kept + [copy.deepcopy(model.state_dict())])[-average:]
-            log.append({"step": step, "loss": loss.item(), "seconds": time.perf_counter() - started})
+            log.append({"step": step, "loss": loss.item(),
+                        "seconds": time.perf_counter() - started})
     log[-1]["last_valid_loss"] = valid_loss(model)
     model.load_state_dict({k: sum(s[k] for s in kept) / len(kept) for k in kept[0]})
     log[-1]["averaged_valid_loss"] = valid_loss(model)
@@ -2195,13 +2201,15 @@ for key, name in (("copy", "copy the source"), ("greedy", "Transformer, greedy")
 rnn = Path(attnkit.__file__).parent / "checkpoints_data" / "02_attention" / "rnn_attention.json"
 if rnn.exists():
     rec = json.loads(rnn.read_text())
-    line = (f"chapter 02's RNN with attention (its committed run, {rec['seconds']:.0f} s of training "
+    line = (f"chapter 02's RNN with attention "
+            f"(its committed run, {rec['seconds']:.0f} s of training "
             f"on {rec.get('device', 'the CPU')}, {rec['log'][-1]['step']} steps): greedy BLEU "
             f"{rec['metrics']['test_bleu']:.1f} ({rec['metrics']['test_bleu_low']:.1f} to "
             f"{rec['metrics']['test_bleu_high']:.1f}), chrF {rec['metrics']['test_chrf']:.1f}, "
             f"on the same test pairs")
 else:
-    line = "chapter 02's RNN record (attnkit/checkpoints_data/02_attention/rnn_attention.json) is not in this checkout"
+    line = ("chapter 02's RNN record (attnkit/checkpoints_data/02_attention/rnn_attention.json) "
+            "is not in this checkout")
 print(line)
 glue("ch03_mt_rnn_line", line)
 print()
@@ -2249,7 +2257,8 @@ for i in (1, 7):
     cross = mt.decoder.layers[-1].cross_attn.attn[0].cpu()                            # (H, T, S)
     rows = ["<s>"] + [TOK.hf.id_to_token(int(t)) for t in out_ids[0, 1:-1]]
     cols = TOK.pieces(sources[i])
-    heatmap_grid(list(cross[:, :len(rows)]), [f"cross-attention, head {h}" for h in range(len(cross))],
+    heatmap_grid(list(cross[:, :len(rows)]),
+                 [f"cross-attention, head {h}" for h in range(len(cross))],
                  rows, cols)
     plt.show()
 

@@ -1349,7 +1349,9 @@ def evaluate_real(bilm: nn.Module) -> dict:
 @checkpoint("04_elmo", build=build_real, evaluate=evaluate_real, steps=3000, report=500)
 def real_bilm(bilm: nn.Module, steps: int, device: torch.device, batch: int = 32, lr: float = 3e-3,
               threads: int = 1, report: int = 250) -> list[dict]:
-    """Train `bilm` with bilm_loss on random batches of training sentences; the log every `report` steps."""
+    """Train `bilm` with bilm_loss on random batches of training sentences.
+
+    Returns the log, one entry every `report` steps."""
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
     chars = REAL_TYPE_CHARS.to(device)
@@ -1426,7 +1428,8 @@ def ngram_loss(n: int) -> float:
         prob = kneser_ney(train, n)
         for ids in REAL_VALID_IDS:
             s = ids[ids != 0].tolist()[::-1] if flip else ids[ids != 0].tolist()
-            total -= sum(math.log(prob(tuple(s[max(0, i - n + 1):i]), s[i])) for i in range(1, len(s)))
+            total -= sum(math.log(prob(tuple(s[max(0, i - n + 1):i]), s[i]))
+                         for i in range(1, len(s)))
             count += len(s) - 1
     return total / count
 
@@ -1466,7 +1469,8 @@ with torch.no_grad():                  # the token vectors (layer 0) of every wo
               f"mean norm {X.norm(dim=-1).mean().item():.1f}")
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
-    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".", label=f"biLM, {name}")
+    ax.plot([r["cpu_s"] for r in log], [r["val_loss"] for r in log], marker=".",
+            label=f"biLM, {name}")
 for (name, loss), style in zip(baselines.items(), (":", "--", "-.")):
     ax.axhline(loss, color="gray", linestyle=style, label=name)
 ax.set_xlabel("CPU seconds of training")
@@ -1525,7 +1529,7 @@ DETERMINERS = {"a", "an", "the", "this", "each", "every", "its", "their", "your"
 BEFORE_VERB = {"to", "will", "would", "should", "must", "may", "might", "can", "cannot", "could"}
 seen = set(map(tuple, REAL_TRAIN))
 held_real = [list(s) for s in dict.fromkeys(map(tuple, REAL_VALID + prose_sentences("test")))
-             if s not in seen]      # validation and test sentences, each once, none seen in training
+             if s not in seen]      # validation and test sentences, once each, none in training
 
 
 def rule_reading(words: list[str], i: int) -> str | None:
@@ -1535,7 +1539,8 @@ def rule_reading(words: list[str], i: int) -> str | None:
     before = words[i - 1] if i > 0 else None
     if before in DETERMINERS:
         return "noun"
-    if before in BEFORE_VERB or (i == 0 and i + 1 < len(words) and words[i + 1] in {"the", "a", "an"}):
+    starts = i == 0 and i + 1 < len(words) and words[i + 1] in {"the", "a", "an"}
+    if before in BEFORE_VERB or starts:
         return "verb"
     return None
 

@@ -1348,7 +1348,9 @@ import statistics
 
 @torch.no_grad()
 def head_matrices(block: AttnOnlyBlock, h: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W_QK, W_OV) of head h, (D, D) each, for row vectors, the block's LayerNorm gain folded in."""
+    """(W_QK, W_OV) of head h, (D, D) each, for row vectors.
+
+    The block's LayerNorm gain is folded in."""
     d_k = block.attn.w_q.weight.shape[0] // block.n_heads
     c, g = slice(h * d_k, (h + 1) * d_k), block.norm.weight[:, None]          # g: (D, 1)
     w_q, w_k, w_v = (g * w.weight[c].T for w in (block.attn.w_q, block.attn.w_k, block.attn.w_v))
@@ -1361,17 +1363,19 @@ def k_composition(qk: torch.Tensor, ov: torch.Tensor) -> float:
 
 first, second = icl_model.blocks
 k_comp = torch.tensor([[k_composition(head_matrices(second, j)[0], head_matrices(first, i)[1])
-                        for i in range(N_HEADS)] for j in range(N_HEADS)])        # (layer-2, layer-1)
+                        for i in range(N_HEADS)] for j in range(N_HEADS)])  # (layer-2, layer-1)
 d_k, gen = D_MODEL // N_HEADS, torch.Generator().manual_seed(0)
 k_random = statistics.mean(
     k_composition(head_matrices(second, j)[0],
-                  torch.randn(D_MODEL, d_k, generator=gen) @ torch.randn(d_k, D_MODEL, generator=gen))
+                  torch.randn(D_MODEL, d_k, generator=gen)
+                  @ torch.randn(d_k, D_MODEL, generator=gen))
     for j in range(N_HEADS) for _ in range(25))
 prev, other = int(out["ch05_prev_head"]), int(out["ch05_other_head"])
 induction = [h for h in range(N_HEADS) if out[f"ch05_prefix_l2h{h}"] > 0.5]
 fig, ax = plt.subplots(figsize=(4.2, 3.2))
 im = ax.imshow(k_comp.numpy(), cmap="viridis")
-ax.set_xticks(range(N_HEADS), [f"L1H{i}" + (" (prev)" if i == prev else "") for i in range(N_HEADS)],
+ax.set_xticks(range(N_HEADS),
+              [f"L1H{i}" + (" (prev)" if i == prev else "") for i in range(N_HEADS)],
               fontsize=7)
 ax.set_yticks(range(N_HEADS), [f"L2H{j}" + (" (ind)" if j in induction else "")
                                for j in range(N_HEADS)], fontsize=7)
@@ -1909,7 +1913,8 @@ with torch.no_grad(), torch.profiler.profile() as prof:
 n_ops = sum(1 for e in prof.events() if e.cpu_parent is None)             # operators called
 cache_mib = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
                 for k, v in kv_caches) / 2**20
-print(f"one cached step: {1e3 * step_10:.2f} ms after 10 positions, {1e3 * step_500:.2f} ms after 500;"
+print(f"one cached step: {1e3 * step_10:.2f} ms after 10 positions, "
+      f"{1e3 * step_500:.2f} ms after 500;"
       f" {n_ops} PyTorch operators per step")
 print("a pass without the cache: " + ", ".join(f"{T} positions {1e3 * s:.2f} ms"
                                                 for T, s in passes.items()))
@@ -2029,7 +2034,8 @@ def scaling_run(n_layers: int, d_model: int, steps: int, train_chars: int, seed:
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % (steps // evals) == 0:
-            log.append({"step": step, "chars": step * batch * CONTEXT, "loss": round(loss.item(), 4),
+            log.append({"step": step, "chars": step * batch * CONTEXT,
+                        "loss": round(loss.item(), 4),
                         "val_loss": round(evaluate(model.eval())["ch05_val_loss"], 4)})
     embedding = {"tok_embed.weight", "pos_embed.weight", "head.weight"}
     return {"params": sum(p.numel() for n, p in model.named_parameters() if n not in embedding),
@@ -2039,16 +2045,18 @@ def scaling_run(n_layers: int, d_model: int, steps: int, train_chars: int, seed:
 # %% tags=["skip-grading", "hide-input"]
 import numpy as np
 
-scaling = scaling_run.results()                  # the committed records (python -m course sweeps 05)
+scaling = scaling_run.results()      # the committed records (python -m course sweeps 05)
 full = len(TRAIN_IDS)
 by_size: dict[tuple, list] = {}                  # (layers, d_model) -> its full-data runs, in order
 for r in scaling:
     if r["config"]["train_chars"] == full:
         by_size.setdefault((r["config"]["n_layers"], r["config"]["d_model"]), []).append(r)
 by_data = {n: [r for r in scaling if r["config"]["train_chars"] == n
-               and (r["config"]["n_layers"], r["config"]["d_model"]) == DATA_MODEL] for n in DATA_CHARS}
+               and (r["config"]["n_layers"], r["config"]["d_model"]) == DATA_MODEL]
+           for n in DATA_CHARS}
 N = np.array([runs[0]["params"] for runs in by_size.values()], dtype=float)            # (sizes,)
-final = [np.array([r["log"][-1]["val_loss"] for r in runs]) for runs in by_size.values()]  # per seed
+final = [np.array([r["log"][-1]["val_loss"] for r in runs])   # per seed
+         for runs in by_size.values()]
 
 
 def power_fit(n: np.ndarray, loss: np.ndarray) -> tuple[float, float]:
@@ -2060,7 +2068,8 @@ def power_fit(n: np.ndarray, loss: np.ndarray) -> tuple[float, float]:
 mean_final = np.array([f.mean() for f in final])                                        # (sizes,)
 alpha, a_fit = power_fit(N, mean_final)
 rng = np.random.default_rng(0)                   # bootstrap: resample the seeds of every size
-boot = [power_fit(N, np.array([rng.choice(f, len(f)).mean() for f in final]))[0] for _ in range(2000)]
+boot = [power_fit(N, np.array([rng.choice(f, len(f)).mean() for f in final]))[0]
+        for _ in range(2000)]
 alpha_lo, alpha_hi = np.percentile(boot, [2.5, 97.5])
 
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
@@ -2089,7 +2098,8 @@ axes[2].legend(fontsize=7)
 plt.tight_layout()
 plt.show()
 
-best = {n: np.mean([min(e["val_loss"] for e in r["log"]) for r in runs]) for n, runs in by_data.items()}
+best = {n: np.mean([min(e["val_loss"] for e in r["log"]) for r in runs])
+        for n, runs in by_data.items()}
 last = {n: np.mean([r["log"][-1]["val_loss"] for r in runs]) for n, runs in by_data.items()}
 for (L, d), row in zip(by_size, final):
     print(f"{L} layers x d {d:3d}: N = {by_size[(L, d)][0]['params']:7,d}, validation "

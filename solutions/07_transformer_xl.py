@@ -1379,7 +1379,7 @@ perm = torch.randperm(12, generator=torch.Generator().manual_seed(3))
 is_target, mapping = partial_prediction_targets(perm, k=4)
 g = torch.randn(12, D)
 print(perm.tolist(), "->", perm[is_target[perm]].tolist())                 # the last 3 of the order
-print(torch.equal(mapping @ g, g[perm[-3:]]))                               # True: rows of the targets
+print(torch.equal(mapping @ g, g[perm[-3:]]))        # True: rows of the targets
 
 # %% [markdown]
 # ## Summary
