@@ -1814,7 +1814,9 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 # decayed linearly to 0, batches of 32 rows, gradients clipped at norm 1.
 #
 # The score is the share of `[MASK]` positions filled with the right piece,
-# on 1000 fixed validation rows masked by your `mlm_mask`. The same
+# on 1000 fixed validation rows with 15% of their pieces replaced by
+# `[MASK]`. The cell draws these masks itself, not with your `mlm_mask`,
+# so every correct solution is scored on the same positions. The same
 # function trains twice. Your short run, below, takes about a minute. The
 # longer run, declared with `@checkpoint`, was trained by `python -m course
 # checkpoints 06_bert` with the same code and committed (float16 weights);
