@@ -98,6 +98,17 @@ def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookN
     return nb
 
 
+def stderr_outputs(nb: nbformat.NotebookNode) -> list[str]:
+    """The start of each stderr stream or error output in `nb`: a page must show none."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.output_type == "error" or (out.output_type == "stream" and out.name == "stderr"):
+                text = out.get("text") or f"{out.get('ename')}: {out.get('evalue')}"
+                found.append(f"cell {i}: {text[:200]}")
+    return found
+
+
 def build_page(chapter: str, force: bool = False) -> Path:
     """Write `book/chapters/<chapter>.ipynb` unless an up-to-date one is there."""
     PAGES.mkdir(parents=True, exist_ok=True)
@@ -110,6 +121,9 @@ def build_page(chapter: str, force: bool = False) -> Path:
             return path
     started = time.monotonic()
     nb = clear_solutions(execute(read_solution(chapter)), keep_outputs=True)
+    if noise := stderr_outputs(nb):
+        raise RuntimeError(f"{chapter}: the page would show stderr output, which the book test "
+                           "rejects; silence it in the solution:\n" + "\n".join(noise))
     nb.metadata["course"]["source_hash"] = digest
     badge = _badge_cell(chapter)
     title_at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)

@@ -42,3 +42,17 @@ def test_page_is_cached_until_its_source_changes(toy_course, capsys):
     src.write_text(src.read_text() + "\n# %%\nprint('changed')\n")
     book.build_page("99_toy")
     assert "executed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted((book.PAGES).glob("*.ipynb")), ids=lambda p: p.stem)
+def test_committed_page_shows_no_stderr(path):
+    """Does a committed page show no stderr stream and no error (the browser test rejects both)?"""
+    import nbformat
+    assert book.stderr_outputs(nbformat.read(path, as_version=4)) == []
+
+
+def test_page_with_stderr_is_refused(toy_course):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="USDT: noise")]
+    assert book.stderr_outputs(nb) == ["cell 0: USDT: noise"]
