@@ -1995,13 +1995,15 @@ torch.set_num_threads(2)
 # 3.1 \cdot 10^{23}$ FLOPs.
 #
 # Here is the same kind of study on the prose corpus, with the longer
-# run's recipe on one thread: four model sizes, from 1 layer of width 32
-# to 3 layers of width 96 (4 heads, $d_{ff} = 4d$), each trained for 800
+# run's recipe on one thread: five model sizes, from 1 layer of width 32
+# to 3 layers of width 128 (4 heads, $d_{ff} = 4d$), each trained for 800
 # steps of 32 windows of 64 characters (1.6M characters, about one pass
-# over the training text) from 3 seeds; and the
-# 2-layer model of width 64 trained the same way on only the first
-# 106,000 or 425,000 characters of the training text, from 2 seeds. The validation loss is
-# measured 8 times along each run. The runs took too long for this page
+# over the training text) from 3 seeds; and the 2-layer model of width 64
+# trained the same way on only 26,000, 106,000 or 425,000 characters of
+# the training text, from 3 seeds. A smaller text is made of pieces of
+# 4,000 characters at evenly spaced places (`spread_subset`), so that it
+# samples the whole corpus, not its first documents. The validation loss
+# is measured 8 times along each run. The runs took too long for this page
 # (the total CPU time is below); they were run by
 # `python -m course sweeps 05` and their records committed
 # (`attnkit/sweeps_data/05_gpt/scaling_run.json`, one per run, keyed by its
@@ -2012,23 +2014,33 @@ torch.set_num_threads(2)
 # %% tags=["skip-grading"]
 from attnkit.sweeps import sweep
 
-SIZES = [(1, 32), (2, 48), (2, 64), (3, 96), (3, 128)]         # (layers, d_model); 4 are run
-DATA_MODEL, DATA_CHARS = (2, 64), [106_000, 425_000, len(TRAIN_IDS)]
+SIZES = [(1, 32), (2, 48), (2, 64), (3, 96), (3, 128)]         # (layers, d_model)
+DATA_MODEL, DATA_CHARS = (2, 64), [26_000, 106_000, 425_000, len(TRAIN_IDS)]
+PIECE = 4_000                      # a smaller training text: pieces of this many characters
+
+
+def spread_subset(ids: torch.Tensor, n: int, piece: int = PIECE) -> torch.Tensor:
+    """n characters of ids (all of it if n >= len(ids)): n // piece pieces of `piece` characters
+    at evenly spaced starts, concatenated, so a small text samples the whole corpus."""
+    if n >= len(ids):
+        return ids
+    starts = torch.linspace(0, len(ids) - piece, n // piece).long()                # (n // piece,)
+    return torch.cat([ids[s:s + piece] for s in starts.tolist()])                   # (n,)
 
 
 @sweep("05_gpt", configs=[dict(n_layers=L, d_model=d, steps=800, train_chars=len(TRAIN_IDS), seed=s)
-                          for L, d in SIZES[:4] for s in range(3)]
+                          for L, d in SIZES for s in range(3)]
        + [dict(n_layers=DATA_MODEL[0], d_model=DATA_MODEL[1], steps=800, train_chars=n, seed=s)
-          for n in DATA_CHARS[:2] for s in (0, 1)])
+          for n in DATA_CHARS[:-1] for s in range(3)])
 def scaling_run(n_layers: int, d_model: int, steps: int, train_chars: int, seed: int,
                 batch: int = 32, lr: float = 5e-3, evals: int = 8) -> dict:
-    """char_gpt's recipe on one thread, for a GPT of the given size trained on the first
-    train_chars characters of the training text; the validation loss `evals` times."""
+    """char_gpt's recipe on one thread, for a GPT of the given size trained on train_chars
+    characters of the training text (`spread_subset`); the validation loss `evals` times."""
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = gpt_init_(GPT(len(CHARS), d_model=d_model, n_heads=4, d_ff=4 * d_model,
                           n_layers=n_layers, max_len=CONTEXT))
-    ids, gen = TRAIN_IDS[:train_chars], torch.Generator().manual_seed(seed)
+    ids, gen = spread_subset(TRAIN_IDS, train_chars), torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     log, cpu0 = [], time.process_time()
     for step in range(1, steps + 1):
@@ -2102,8 +2114,11 @@ axes[1].legend(fontsize=7)
 for n, runs in by_data.items():
     chars = [e["chars"] for e in runs[0]["log"]]
     loss = np.mean([[e["val_loss"] for e in r["log"]] for r in runs], 0)
-    axes[2].plot(chars, loss, marker=".", label=f"training text of {n / 1e3:,.0f}k characters")
-axes[2].set(xscale="log", xlabel="characters seen D", ylabel="validation nats/char",
+    line, = axes[2].plot(chars, loss, marker=".", label=f"text of {n / 1e3:,.0f}k chars: valid")
+    if n == DATA_CHARS[0]:                                       # the training loss where it parts
+        train = np.mean([[e["loss"] for e in r["log"]] for r in runs], 0)
+        axes[2].plot(chars, train, ls="--", color=line.get_color(), label="its training batches")
+axes[2].set(xscale="log", xlabel="characters seen D", ylabel="nats/char",
             title=f"data: the {DATA_MODEL[0]} x {DATA_MODEL[1]} model, mean over seeds")
 axes[2].legend(fontsize=7)
 plt.tight_layout()
@@ -2115,8 +2130,17 @@ last = {n: np.mean([r["log"][-1]["val_loss"] for r in runs]) for n, runs in by_d
 for (L, d), row in zip(by_size, final):
     print(f"{L} layers x d {d:3d}: N = {by_size[(L, d)][0]['params']:7,d}, validation "
           f"{row.mean():.3f} (seeds {', '.join(f'{v:.3f}' for v in row)})")
+train_last = {n: np.mean([r["log"][-1]["loss"] for r in runs]) for n, runs in by_data.items()}
 for n in DATA_CHARS:
-    print(f"training text of {n:9,d} characters: best validation {best[n]:.3f}, last {last[n]:.3f}")
+    print(f"training text of {n:9,d} characters: best validation {best[n]:.3f}, last {last[n]:.3f}"
+          f" (seeds {', '.join(str(r['log'][-1]['val_loss']) for r in by_data[n])}),"
+          f" last training batch {train_last[n]:.3f}")
+tiny = by_data[DATA_CHARS[0]]
+rises = all(r["log"][-1]["val_loss"] > min(e["val_loss"] for e in r["log"]) + 0.1 for r in tiny)
+print(f"on {DATA_CHARS[0]:,d} characters the validation loss rose by more than 0.1 from its lowest"
+      f" on every seed: {rises}")
+assert rises, "the text says the validation loss rose on every seed of the smallest text"
+glue("ch05_data_train_last_tiny", train_last[DATA_CHARS[0]])
 c_ours = 6 * N.max() * by_size[list(by_size)[-1]][0]["log"][-1]["chars"]
 print(f"alpha = {alpha:.3f}, 95% bootstrap interval [{alpha_lo:.3f}, {alpha_hi:.3f}]; "
       f"largest run {c_ours:.1e} FLOPs; GPT-3 6 x 175e9 x 300e9 = {6 * 175e9 * 300e9:.2e}")
@@ -2132,7 +2156,7 @@ glue("ch05_scale_gpt3_ratio", 6 * 175e9 * 300e9 / c_ours)
 glue("ch05_scale_cpu", sum(r["cpu_s"] for r in scaling) / 60)
 glue("ch05_scale_runs", len(scaling))
 glue("ch05_scale_n_ratio", N.max() / N.min())
-for key, n in zip(("small", "mid", "full"), DATA_CHARS):
+for key, n in zip(("tiny", "small", "mid", "full"), DATA_CHARS):
     glue(f"ch05_data_best_{key}", best[n])
     glue(f"ch05_data_last_{key}", last[n])
 
@@ -2149,25 +2173,28 @@ for key, n in zip(("small", "mid", "full"), DATA_CHARS):
 # {glue:text}`ch05_scale_alpha_hi:.3f`). The middle panel puts every
 # evaluation of every run on one axis of compute, $6ND$ with $D$ the
 # characters seen so far: at each budget, the lowest curve is the best
-# that compute bought here. On the right, the same 2-layer model trained
-# on only the first 106,000 characters of the training text ends at
-# {glue:text}`ch05_data_last_small:.3f`, on 425,000 at
-# {glue:text}`ch05_data_last_mid:.3f`, and on all of it at
-# {glue:text}`ch05_data_last_full:.3f`: at 800 steps the amount of text
-# did not limit this model. A model of 100,000 parameters does not learn
-# even 106,000 characters by heart in 800 steps, so this study does not
-# reach the regime where data runs out; why the smaller texts scored
-# differently (they are the first parts of the corpus, not a random
-# sample) it does not measure.
+# that compute bought here.
+#
+# On the right, the 2-layer model of width 64 meets the data limit. On
+# 26,000 characters it learns its training text by heart: its training
+# loss falls to {glue:text}`ch05_data_train_last_tiny:.2f`, while its
+# validation loss, lowest at {glue:text}`ch05_data_best_tiny:.2f`, rises
+# to {glue:text}`ch05_data_last_tiny:.2f` by step 800, on every seed.
+# On 106,000 characters it ends at {glue:text}`ch05_data_last_small:.3f`,
+# above the {glue:text}`ch05_data_last_full:.3f` of the whole text. On
+# 425,000 characters it ends at {glue:text}`ch05_data_last_mid:.3f`, as
+# on the whole text. So 800 steps of this model need between 106,000 and
+# 425,000 characters; more text than that buys nothing at this size and
+# this budget.
 #
 # **What this study can show, and what it cannot.** It shows the shape
 # in parameters: at the same data, a larger model is better, and a power
-# law describes the four sizes. It shows how a budget of compute is spent
-# along training. It did not reach the data limit. It cannot measure
+# law describes the five sizes. It shows how a budget of compute is spent
+# along training, and where data runs out. It cannot measure
 # Kaplan et al.'s exponents. Its sizes span a factor of
 # {glue:text}`ch05_scale_n_ratio:.0f`, theirs a factor of about
-# $2 \cdot 10^6$, and a line through four points over less than a decade
-# and a half says little about the five decades beyond. Its models are not
+# $2 \cdot 10^6$, and a line through five points over less than two decades
+# says little about the four decades beyond. Its models are not
 # trained to convergence (800 steps for every size, so the large ones are
 # held back by the data they saw), its learning rate is not tuned per
 # size, and its loss is per character, not per BPE token, so its exponent
@@ -2229,10 +2256,12 @@ for key, n in zip(("small", "mid", "full"), DATA_CHARS):
 #   the Kneser-Ney 5-gram's loss, writes words and layout, and falls into
 #   loops when decoded greedily; loaded with GPT-2's weights it gives
 #   `transformers`' logits.
-# * Across four sizes on a CPU, the loss falls with the parameters like a
+# * Across five sizes on a CPU, the loss falls with the parameters like a
 #   power law (exponent {glue:text}`ch05_scale_alpha:.2f` here, over a
 #   factor of {glue:text}`ch05_scale_n_ratio:.0f` in size); Kaplan et
-#   al.'s laws span a factor of millions, which a CPU cannot.
+#   al.'s laws span a factor of millions, which a CPU cannot. Trained on
+#   26,000 characters, a small model learns them by heart and its
+#   validation loss rises; 425,000 characters are enough for its 800 steps.
 #
 # **What is reproducible.** The check cells print the same numbers on every
 # machine. The experiment's figures repeat bit for bit with the same seed,
