@@ -1337,6 +1337,15 @@ clean, wrong = rev["curves_model"]                        # w[k] is t = k + 1, w
 glue("ch01_wrong_later", 100 * sum(float(w[k + 3]) for k, w in enumerate(wrong, 1)) / 3)
 glue("ch01_clean_later", 100 * sum(float(clean[k + 3]) for k in (1, 2, 3)) / 3)
 glue("ch01_ctrl_drop", rev["ch01_ctrl_clean_acc"] - rev["ch01_ctrl_after_error"])
+recorded = [r["figures"] for r in record_runs(load_record("01_seq2seq"))
+            if "ch01_ctrl_em_gain" in r["figures"]]                  # the claims check's runs
+ratios = [(f["ch01_ctrl_clean_acc"] - f["ch01_ctrl_after_error"])
+          / (f["ch01_clean_acc"] - f["ch01_after_error"]) for f in recorded]
+glue("ch01_drop_ratio_lo", min(ratios, default=math.nan))
+glue("ch01_drop_ratio_hi", max(ratios, default=math.nan))
+glue("ch01_ctrl_em_gain_lo", min((f["ch01_ctrl_em_gain"] for f in recorded), default=math.nan))
+glue("ch01_ctrl_em_gain_hi", max((f["ch01_ctrl_em_gain"] for f in recorded), default=math.nan))
+glue("ch01_recorded_runs", len(recorded))
 spread({"ch01_clean_acc": "clean accuracy, t = 2..4 (%)",
         "ch01_after_error": "right after the wrong letter (%)",
         "ch01_gap_later": "three positions later, points below clean",
@@ -1363,10 +1372,13 @@ spread({"ch01_clean_acc": "clean accuracy, t = 2..4 (%)",
 # control, trained on prefixes with mistakes in them, drops too, from its
 # own clean {glue:text}`ch01_ctrl_clean_acc:.1f`% to
 # {glue:text}`ch01_ctrl_after_error:.1f`% right after the wrong letter, but
-# by less: {glue:text}`ch01_ctrl_drop:.0f` points. So a large part of the
-# drop, in most runs the larger part, comes from never having seen a wrong
-# prefix, which is what **exposure bias** names; the rest is what one
-# random letter costs even a decoder trained on such prefixes.
+# by less: {glue:text}`ch01_ctrl_drop:.0f` points. In the
+# {glue:text}`ch01_recorded_runs` runs of the claims check the control's
+# drop was {glue:text}`ch01_drop_ratio_lo:.2f` to
+# {glue:text}`ch01_drop_ratio_hi:.2f` of the teacher-forced model's. So
+# half of the drop or more comes from never having seen a wrong prefix,
+# which is what **exposure bias** names. The rest is what one random
+# letter costs even a decoder trained on such prefixes.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -1379,29 +1391,21 @@ claim("control_drops_less", "The control's drop (from its own clean accuracy) is
       "the teacher-forced model's.",
       lambda g: (g["ch01_ctrl_clean_acc"] - g["ch01_ctrl_after_error"]
                  <= 0.6 * (g["ch01_clean_acc"] - g["ch01_after_error"])))
-claim("control_drops_less_than_half", "In most runs (at least 4 in 5) the control's drop is less "
-      "than half of the teacher-forced model's.",
-      lambda g: (g["ch01_ctrl_clean_acc"] - g["ch01_ctrl_after_error"]
-                 < 0.5 * (g["ch01_clean_acc"] - g["ch01_after_error"])), at_least=0.8)
 
 # %% [markdown]
 # **Does it cost anything in decoding?** The probe shows that the
 # teacher-forced model is fragile after a wrong letter. It does not show
-# that this fragility costs exact match when the model decodes on its own.
-# Here the reverse holds: the control, trained to shrug off wrong
-# letters, decodes worse. Its greedy exact match is {glue:text}`ch01_ctrl_em:.1f`%,
-# against {glue:text}`ch01_greedy_em:.1f`% for the teacher-forced model, a
-# difference of {glue:text}`ch01_ctrl_em_gain:+.1f` points in this run, and
-# the control is behind in most runs (the claim below, and the last row of
-# the table above). On this task, at this budget, the remedy costs more
-# than the exposure bias it removes. (Whether exposure bias matters in
-# practice is debated in the literature too {cite}`he2021exposure`.)
-
-# %% tags=["skip-grading", "hide-input"]
-from attnkit.claims import claim
-
-claim("control_mostly_worse", "In most runs (at least 3 in 5) the control decodes worse than the "
-      "teacher-forced model.", lambda g: g["ch01_ctrl_em_gain"] < 0, at_least=0.6)
+# that this fragility costs exact match when the model decodes on its own,
+# and here it does not: the control, trained to shrug off wrong letters,
+# decodes no better. Its greedy exact match is
+# {glue:text}`ch01_ctrl_em:.1f`%, against {glue:text}`ch01_greedy_em:.1f`%
+# for the teacher-forced model in this run. Across the claims check's runs
+# the control's exact match minus the model's ranges from
+# {glue:text}`ch01_ctrl_em_gain_lo:+.1f` to
+# {glue:text}`ch01_ctrl_em_gain_hi:+.1f` points (the last row of the table
+# above). On this task, at this budget, the remedy never buys exact match.
+# (Whether exposure bias matters in practice is debated in the literature
+# too {cite}`he2021exposure`.)
 
 # %% [markdown]
 # The probe injects random letters, and those are not the model's own
@@ -1414,18 +1418,8 @@ claim("control_mostly_worse", "In most runs (at least 3 in 5) the control decode
 # {glue:text}`ch01_err_control_short`, {glue:text}`ch01_err_control_long`
 # and {glue:text}`ch01_err_control_letters`. Training on corrupted prefixes
 # with gold targets also teaches the decoder to trust its history less.
-# The control's errors change too: in most runs it has more outputs of
-# the right length with wrong letters than the teacher-forced model. In
-# this run the counts are {glue:text}`ch01_err_control_letters` for the
-# control and {glue:text}`ch01_err_model_letters` for the teacher-forced
-# model; the claim's badge below says whether this run is one of them.
-
-# %% tags=["skip-grading", "hide-input"]
-from attnkit.claims import claim
-
-claim("control_more_letter_errors", "In most runs (at least 3 in 5) the control has more wrong "
-      "outputs of the right length than the teacher-forced model.",
-      lambda g: g["ch01_err_control_letters"] > g["ch01_err_model_letters"], at_least=0.6)
+# Which kind of wrong output is more common changes from run to run, so
+# we read nothing into these counts.
 
 # %% [markdown]
 # In open-ended generation, where the next token should depend on the
@@ -1683,22 +1677,18 @@ draw_beam_tree(tree_src)
 # reference either.
 # Length normalisation does not rescue the reference here either: per
 # token the cut output scores {glue:text}`ch01_tree_norm_out:.3f`, the
-# reference {glue:text}`ch01_tree_norm_ref:.3f`. These readings hold in
-# most runs, not all (the verdicts below): in some runs no string is cut
-# short by both greedy decoding and the beam (the figure then shows the
-# first wrong output), and in some normalisation would pick the reference.
+# reference {glue:text}`ch01_tree_norm_ref:.3f`. This string illustrates;
+# it proves nothing general. Other seeds pick other strings, and on some
+# no string is cut short by both searches (the figure then shows the first
+# wrong output). What holds in every run is the claim below: the output the
+# beam returns is rated more probable than the reference, so the error is
+# the model's.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
 
-claim("tree_example_exists", "In most runs some test string's greedy output and beam output "
-      "(k = 3) are both the reference cut short.", lambda g: g["ch01_tree_cut"] == 1, at_least=0.6)
-claim("tree_not_most", "In most runs that output carries less than half of the probability.",
-      lambda g: g["ch01_tree_p"] < 50, at_least=0.8)
-claim("tree_model_error", "The model rates it more probable than the reference.",
-      lambda g: g["ch01_tree_logp"] > g["ch01_tree_ref_logp"])
-claim("tree_norm_no_rescue", "In most runs the cut output also scores higher per token than the "
-      "reference.", lambda g: g["ch01_tree_norm_out"] > g["ch01_tree_norm_ref"], at_least=0.6)
+claim("tree_model_error", "The model rates the beam's output for the example string more probable "
+      "than the reference.", lambda g: g["ch01_tree_logp"] > g["ch01_tree_ref_logp"])
 
 # %% [markdown]
 # ## Translating real sentences
@@ -2191,8 +2181,9 @@ print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
 #   in its prefix lowers the accuracy of what follows (the sensitivity
 #   probe above); a control trained on corrupted prefixes suffers much
 #   less. That is the fragility exposure bias names
-#   {cite}`ranzato2016sequence`, and it does not cost free-running exact
-#   match here: the control decodes worse in most runs.
+#   {cite}`ranzato2016sequence`. Removing it did not improve free-running
+#   exact match here: the control was never more than
+#   {glue:text}`ch01_ctrl_em_gain_hi:.1f` points ahead.
 # * Greedy decoding is not the most probable sequence (a two-step
 #   counterexample suffices). Beam search keeps the $k$ best prefixes by
 #   cumulative log-probability; finished hypotheses leave the beam. It is
