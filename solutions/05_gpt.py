@@ -2119,7 +2119,7 @@ rng = np.random.default_rng(0)                   # bootstrap: resample the seeds
 boot = [power_fit(N, np.array([rng.choice(f, len(f)).mean() for f in final]))[0]
         for _ in range(2000)]
 alpha_lo, alpha_hi = np.percentile(boot, [2.5, 97.5])
-loo = [power_fit(np.delete(N, i), np.delete(mean_final, i))[0] for i in range(len(N))]  # one size out
+loo = [power_fit(np.delete(N, i), np.delete(mean_final, i))[0] for i in range(len(N))]  # one out
 
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
 for (L, d), row in zip(by_size, final):
