@@ -964,7 +964,7 @@ from attnkit.claims import load_record, record_runs
 record = [r["figures"] | {"seed": r["seed"]} for r in record_runs(load_record("02_attention"))]
 same_setup = [r["figures"] for r in record_runs(load_record("02_attention"))
               if (r["implementation"], r["seed"], r["threads"]) == ("reference", 0, 1)
-              and "ch02_attention_min" in r["figures"]]                # this page's seed and threads
+              and "ch02_attention_min" in r["figures"]]                # the page's setup
 glue("ch02_record_worst_seed0", same_setup[0]["ch02_attention_min"] if same_setup else math.nan)
 glue("ch02_worst_lo", min((g["ch02_attention_min"] for g in record), default=math.nan))
 glue("ch02_worst_hi", max((g["ch02_attention_min"] for g in record), default=math.nan))
