@@ -1526,6 +1526,14 @@ for i, p in enumerate(shown):
     print()
 
 # %% [markdown]
+# Most outputs are wrong, and some are broken. The training loss falls far
+# below the validation loss (the figure above): 2,925 pairs are few, and
+# both models overfit. Greedy decoding can also loop on one piece, as in
+# "PETETETEROT..." above. A decoder that attends freely may read the same
+# source piece again and again; coverage models {cite}`tu2016modeling`
+# keep count of what was read to stop it. Bahdanau et al. trained on 348
+# million words and decoded with a beam.
+#
 # ### Attention on real words
 #
 # The map below is chosen by a fixed rule. The committed attention model
@@ -1680,7 +1688,8 @@ print("uniform weights, exact match by length:", {n: round(a, 2) for n, a in uni
 #   sizes and initial weights, the committed attention model scores
 #   BLEU {glue:text}`ch02_fr_att_bleu:.1f` on the test set, the model
 #   without attention {glue:text}`ch02_fr_noatt_bleu:.1f` (one pair of
-#   runs). Its weights cross where French reorders English.
+#   runs). On an example picked by a stated rule, its weights cross where
+#   French puts the head noun first.
 # * A heat map shows where the decoder reads, not why it writes what it
 #   writes: the hard-argmax ablation shows that the decoder uses the
 #   mixture, not only the position with the largest weight.
