@@ -2090,8 +2090,10 @@ for k, (label, n, b, c) in enumerate(by_length):
 # small. For each output we also compute the model's log
 # probability, and compare it with that of the reference. An output less
 # probable than the reference is a **search error**: exact search would not
-# return it. A wrong output at least as probable as the reference is a
-# **model error**: no search can fix it.
+# return it. An output that differs from the reference and is at least
+# as probable is a **model error**: no search can fix it. With one
+# reference this split is a proxy (after Stahlberg and Byrne): an output
+# that differs from the reference may still be a right translation.
 
 # %% tags=["skip-grading", "hide-input"]
 def max_len_for(source: str) -> int:
@@ -2172,8 +2174,8 @@ print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
 # decoding returns an output less probable than the reference for
 # {glue:text}`ch01_fr_k1_raw_search_errors` sentences, the beam of 16 for
 # {glue:text}`ch01_fr_k16_raw_search_errors`. Model errors are almost all
-# of them: at $k = 16$ the model rates its wrong output at least as
-# probable as the reference for {glue:text}`ch01_fr_k16_raw_model_errors`
+# of them: at $k = 16$ the model rates its output, where it differs from
+# the reference, at least as probable as the reference for {glue:text}`ch01_fr_k16_raw_model_errors`
 # of the {glue:text}`ch01_fr_n_sweep` sentences.
 #
 # Raw sums shorten the outputs. Their length falls from
