@@ -1011,9 +1011,9 @@ print("  length 8, teacher-forced accuracy of output letter i:",
 # {glue:text}`ch02_mean4plus_attention:.2f` against
 # {glue:text}`ch02_mean4plus_no_attention:.2f`. It leads by at least 0.5
 # in every run of the claims check (the claims below). Which length is its
-# worst moves from run to run, and its score there moves between
-# {glue:text}`ch02_worst_lo:.2f` and {glue:text}`ch02_worst_hi:.2f` (the
-# table above).
+# worst moves from run to run, and its score there moved between
+# {glue:text}`ch02_worst_lo:.2f` and {glue:text}`ch02_worst_hi:.2f` in the
+# claims check's runs (the table above).
 #
 # The comparison is at a fixed budget of 400 steps, not at convergence.
 # The model without attention is still learning at step 400: its loss over
