@@ -1390,11 +1390,13 @@ print(torch.allclose(short, padded, atol=1e-6))                       # True
 # generated dates are for training. The test set is the first 2000 later
 # dates whose source string occurs neither in training nor earlier in the
 # test set, so no test date was seen in training (a plain cut at 10 000
-# would leave 24% of the test dates among the training pairs). The page runs seed 0 on one thread. The claims check
-# runs seeds 0 to 4 on one and two threads, with this solution and with an
-# independent one, and the tables below show the spread: the thread count
-# alone changes the trained weights after a few steps, and with them the
-# figures (the tables' last column says which moved with what).
+# would leave 24% of the test dates among the training pairs).
+#
+# The page runs seed 0 on one thread. The claims check runs seeds 0 to 4
+# on one and two threads, with this solution and with an independent one,
+# and the tables below show the spread. The thread count alone changes the
+# trained weights after a few steps, and with them the figures (the
+# tables' last column says which moved with what).
 
 # %% tags=["skip-grading", "hide-input"]
 import time
@@ -1553,26 +1555,22 @@ spread({"ch03_greedy_exact": "greedy exact match, 2000 dates (%)",
         "ch03_train_mode_loss": "the same with dropout"}, digits=3)
 
 # %% [markdown]
-# After 300 steps the model gets {glue:text}`ch03_greedy_exact:.1f`% of the
-# 2000 test dates exactly right with greedy decoding, and over 80% in
-# every run of the claims check (the table above gives the spread).
-# (The training took {glue:text}`ch03_train_seconds:.0f` s in this run, on one thread;
-# the time depends on the machine and on what else it runs.) With label
-# smoothing the training loss cannot go to 0: its lowest possible value is
-# the entropy of the smoothed target distribution,
-# {glue:text}`ch03_loss_floor:.3f`, and the loss of the last 20 steps,
-# {glue:text}`ch03_final_loss:.3f`, is close to it (within 0.08 in every
-# run of the check). What keeps it above?
-# That loss has dropout on, and it averages 20 batches drawn while the
-# weights still change. To see dropout alone, take the final weights and
-# 20 fixed training batches: the same objective is
-# {glue:text}`ch03_train_mode_loss:.3f` with dropout on and
-# {glue:text}`ch03_eval_loss:.3f` in eval mode. Dropout raises the
-# objective in every run of the check, and makes most of the gap between
-# the objective with dropout on these batches and the floor in 9 of 10
-# runs of each solution. This experiment does not take apart the rest of
-# the gap of the last 20 steps, which also average other batches, and
-# weights that were still moving.
+# After 300 steps greedy decoding gets over 80% of the 2000 test dates
+# exactly right, in every run of the claims check: here
+# {glue:text}`ch03_greedy_exact:.1f`%, after
+# {glue:text}`ch03_train_seconds:.0f` s of training on one thread (the
+# table above gives the spread over the runs).
+#
+# With label smoothing the training loss cannot reach 0. Its floor is the
+# entropy of the smoothed target distribution,
+# {glue:text}`ch03_loss_floor:.3f`. The loss of the last 20 steps ends
+# within 0.08 of that floor in every run of the check (here
+# {glue:text}`ch03_final_loss:.3f`).
+#
+# Dropout raises the objective. With the final weights, on 20 fixed
+# training batches, it is {glue:text}`ch03_train_mode_loss:.3f` with
+# dropout on and {glue:text}`ch03_eval_loss:.3f` in eval mode, and it is
+# lower in eval mode in every run of the check.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -1584,10 +1582,6 @@ claim("loss_near_floor", "The training loss ends within 0.08 of its floor.",
       lambda g: g["ch03_final_loss"] - g["ch03_loss_floor"] < 0.08)
 claim("dropout_raises_the_loss", "On the same batches the objective is lower in eval mode "
       "than with dropout.", lambda g: g["ch03_eval_loss"] < g["ch03_train_mode_loss"])
-claim("gap_is_mostly_dropout", "In 9 of 10 runs of each solution, dropout makes most of the gap "
-      "between the objective with dropout on 20 fixed batches and the floor.",
-      lambda g: g["ch03_eval_loss"] - g["ch03_loss_floor"]
-      < 0.5 * (g["ch03_train_mode_loss"] - g["ch03_loss_floor"]), at_least=0.9)
 
 # %% [markdown]
 # ### Beam search and its stopping rule
@@ -1619,38 +1613,38 @@ spread(rows, digits=1)
 
 # %% [markdown]
 # On these 40 dates greedy decoding scores
-# {glue:text}`ch03_greedy_beamset:.1f`%. Chapter 1's rule with `n_best=1`
-# loses dates: {glue:text}`ch03_beam_nbest1_k4:.1f`% at a beam of 4 in this
-# run. The search ends as soon as one hypothesis is finished, and among the
-# four best extensions of a confident model there can be an `<eos>` with a
-# tiny probability, so a short hypothesis wins by finishing first. Of its
+# {glue:text}`ch03_greedy_beamset:.1f`%.
+#
+# Chapter 1's rule with `n_best=1` loses dates against greedy decoding, in
+# 9 of 10 runs of each solution: here it scores
+# {glue:text}`ch03_beam_nbest1_k4:.1f`% at a beam of 4. The search stops
+# as soon as one hypothesis has finished. Among the four best extensions of
+# a confident model there can be an `<eos>` of tiny probability, so a short
+# hypothesis wins by finishing first. Of its
 # {glue:text}`ch03_nbest1_wrong` wrong dates here,
-# {glue:text}`ch03_nbest1_cut` are the reference cut short and
-# {glue:text}`ch03_nbest1_skip` are shorter but not a prefix of it,
-# typically with a digit skipped in the middle (the printed list above
-# shows the first few), and {glue:text}`ch03_nbest1_full_length` are at
-# least as long as the reference: every hypothesis advances one token per step, so
-# one that skips a token reaches `<eos>` a step earlier. How many dates
-# it loses depends on how often such a near-zero `<eos>` ranks among the best extensions, which changes with every detail
-# of the trained weights: the table shows how far it moves with the seed,
-# the thread count and the solution. The wider the beam, the more such
-# extensions it keeps: at a beam of 2 it scores
-# {glue:text}`ch03_beam_nbest1_k2:.1f`%, at 8
-# {glue:text}`ch03_beam_nbest1_k8:.1f`%. The standard search, with a full
-# beam until no live hypothesis can win, scores
-# {glue:text}`ch03_beam_done_a06_k1:.1f`% at a beam of 1, the same as greedy
-# decoding in every run of the check, and
-# {glue:text}`ch03_beam_done_a06_k4:.1f`% at a beam of 4: in 8 of 10 runs
-# of each solution no more than greedy, and at most two dates fewer. On
-# this task the stopping rule matters more than the width: in 9 of 10 runs
-# of each solution, chapter 1's rule at a beam
-# of 4 loses more dates against the standard search at the same width than
-# the standard search loses or gains by going from a beam of 1 to 4. The
-# standard search gains nothing here from a wider beam over greedy
-# decoding. Beam search's gains show on real translation, where
-# the locally best word is often not on the best path (the paper's beam of
-# 4 with $\alpha = 0.6$ was "chosen after experimentation on the
-# development set").
+# {glue:text}`ch03_nbest1_cut` are the reference cut short,
+# {glue:text}`ch03_nbest1_skip` are shorter but not a prefix of it (a token
+# skipped: a hypothesis that skips one reaches `<eos>` a step earlier), and
+# {glue:text}`ch03_nbest1_full_length` are at least as long as the
+# reference; the printed list above shows the first few. A wider beam keeps
+# more such extensions: with `n_best=1` a beam of 8 never scores more than a
+# beam of 2 (here {glue:text}`ch03_beam_nbest1_k8:.1f`% against
+# {glue:text}`ch03_beam_nbest1_k2:.1f`%).
+#
+# The standard search keeps a full beam until no live hypothesis can win.
+# At a beam of 1 it scores the same as greedy decoding in every run
+# (here {glue:text}`ch03_beam_done_a06_k1:.1f`%). At a beam of 4 it scores
+# no more than greedy decoding and at most two dates fewer, in 8 of 10 runs
+# of each solution (here {glue:text}`ch03_beam_done_a06_k4:.1f`%).
+#
+# On the dates the stopping rule matters more than the width: in 9 of 10
+# runs of each solution, chapter 1's rule at a beam of 4 loses more dates
+# against the standard search at the same width than the standard search
+# changes between beams of 1 and 4. Beam search is meant for real
+# translation, where the locally best word is often not on the best path
+# (the paper's beam of 4 with $\alpha = 0.6$ was "chosen after
+# experimentation on the development set"); the last section measures it
+# there.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -1671,9 +1665,6 @@ claim("stopping_rule_beats_width", "In 9 of 10 runs of each solution, at a beam 
       "between beams 1 and 4.",
       lambda g: g["ch03_beam_done_a06_k4"] - g["ch03_beam_nbest1_k4"]
       > abs(g["ch03_beam_done_a06_k4"] - g["ch03_beam_done_a06_k1"]), at_least=0.9)
-claim("skips_happen", "In at least one run in five, n_best=1 returns a date shorter than the "
-      "reference that is not a prefix of it.",
-      lambda g: g["ch03_nbest1_skip"] >= 1, at_least=0.2)
 
 # %% [markdown]
 # ### What do the heads look at?
@@ -1741,24 +1732,25 @@ claim("cross_attention_reads_the_field",
 # output predicts the *next* character. The cross-attention heads show the
 # reordering: while the decoder writes the year it looks at the year at the
 # *end* of the source, for the month at the month's name, for the day at
-# the *start* of the source. In this run, averaged over the heads of the
-# last layer, the field of the source with the most weight is the field
-# being written for {glue:text}`ch03_heads_field_hits` of the
-# {glue:text}`ch03_heads_digits` digits (the printed line above). Over the
-# first 50 test dates it is the field being written for
-# {glue:text}`ch03_field_hits_mean:.2f` of the 8 digits on average in this
-# run, and for more than 6 in every run of the claims check. The
-# decoder's self-attention
-# is lower-triangular, as the causal mask demands. The encoder's heads are
-# harder to read, and in this run none keeps to one field (day, month
-# name, year): in the encoder's last layer the share of a head's weight that
-# stays in the query's own field, averaged over the source characters,
-# ranges in this run from {glue:text}`ch03_enc_within_min:.2f` (head
+# the *start* of the source.
+#
+# This holds beyond the date drawn. Averaged over the heads of the last
+# layer, the field of the source with the most weight is the field being
+# written for more than 6 of the 8 digits on average over the first 50
+# test dates, in every run of the claims check
+# (here {glue:text}`ch03_field_hits_mean:.2f`, and
+# {glue:text}`ch03_heads_field_hits` of {glue:text}`ch03_heads_digits` on
+# the date drawn). The decoder's self-attention is lower-triangular, as the
+# causal mask demands.
+#
+# The encoder's heads are harder to read. The share of a head's weight
+# that stays in the query's own field (day, month name, year), averaged
+# over the source characters, ranges in this run from
+# {glue:text}`ch03_enc_within_min:.2f` (head
 # {glue:text}`ch03_enc_within_min_head`) to
 # {glue:text}`ch03_enc_within_max:.2f` (head
-# {glue:text}`ch03_enc_within_max_head`), against
-# {glue:text}`ch03_enc_within_even:.2f` for weights spread evenly over the
-# characters (the second printed line above).
+# {glue:text}`ch03_enc_within_max_head`); weights spread evenly over the
+# characters would give {glue:text}`ch03_enc_within_even:.2f`.
 #
 # The same cross-attention, every layer and every head, to explore: pick a
 # layer and a head, then hover over or click a target character (a query)
@@ -1866,23 +1858,16 @@ for key, (name, _, _) in NORM_RUNS.items():
 spread({f"ch03_norm_{key}": name for key, (name, _, _) in NORM_RUNS.items()}, digits=3)
 
 # %% [markdown]
-# In this run, post-norm without warm-up does not learn at all: its loss
-# stays at {glue:text}`ch03_norm_post_nowarm:.2f`, near the
-# $\ln 10 \approx 2.30$ of a uniform guess (above 2.1 in every run of the
-# check). With the warm-up it learns, to
-# {glue:text}`ch03_norm_post_warm:.3f`. Pre-norm learns the task without
-# warm-up ({glue:text}`ch03_norm_pre_nowarm:.3f`).
+# Post-norm without warm-up does not learn: its loss stays near the
+# $\ln 10 \approx 2.30$ of a uniform guess, above 2.1 in every run of the
+# claims check (here {glue:text}`ch03_norm_post_nowarm:.2f`). With the
+# warm-up, post-norm learns, to a final loss below 1 in every run (here
+# {glue:text}`ch03_norm_post_warm:.3f`). Pre-norm learns without the
+# warm-up, below 1 in every run (here {glue:text}`ch03_norm_pre_nowarm:.3f`).
 #
-# One run proves little. The table under the figure gives each final loss
-# over the claims check's runs (seeds 0 to 4, one and two threads, this
-# solution and an independent one). The thread count alone changes the
-# order of the floating-point sums, and over 100 steps of a 4-layer
-# post-norm model that moves a final loss a long way; the table's last
-# column says which figures moved with what. What holds in every run is
-# stated as claims below: post-norm at this learning rate needs the
-# warm-up, and pre-norm learns without it. How low the runs that learn
-# end, and which of them ends lower, is not claimed: the table shows how
-# far those losses move between runs. Clipping is a choice these results could hang on;
+# How low the two that learn end, and which ends lower, changes from run
+# to run (the table gives each final loss over the claims check's runs), so
+# it is not a result. Every run clips the gradient norm at 1.0;
 # `benchmarks/bench_03_norm_clip.py` runs a larger grid (6 layers, 300
 # steps) with and without clipping, for you to try (its figures are not
 # part of this page).
@@ -1990,15 +1975,12 @@ plt.show()
 # grows by {glue:text}`ch03_rnn_mem_ratio:.2f` (on a CPU; on CUDA, cuDNN's
 # RNN keeps other tensors), and the convolution's is linear too.
 #
-# The times are this run's, on the device printed above the table, and
-# their shape depends on it. On a CPU, self-attention typically beats the
-# RNN at short and medium lengths (a few large matrix products against $n$
-# small sequential steps) until its quadratic term takes over. On a GPU the
-# short lengths are bound by kernel-launch overhead, so all three curves
-# start flat; the RNN's $n$ sequential steps cannot use the GPU's
-# parallelism, while attention's quadratic work can, so the quadratic growth
-# shows only at the longest lengths. Read the printed table for the device
-# you ran on.
+# The times are this run's, on the device printed above the table: they
+# depend on the device and its load, so the page draws no result from
+# them. Read them with two facts in mind. Self-attention does a few large
+# matrix products where the RNN does $n$ small sequential steps. On a GPU
+# the short lengths are bound by kernel-launch overhead, and attention's
+# quadratic work runs in parallel while the RNN's steps cannot.
 #
 # The convolution is the cheapest layer, but it connects only neighbours:
 # with contiguous kernels of width $k$, relating two tokens $n$ positions
@@ -2023,7 +2005,7 @@ plt.show()
 # steps), the big one for 3.5 days (300,000 steps) {cite}`vaswani2017`.
 #
 # **What a laptop-sized run reaches.** The same code translates real
-# sentences here, at a scale a CPU affords in a minute. The data are
+# sentences here, at a scale a CPU affords in minutes. The data are
 # chapter 02's: `attnkit.corpora.parallel("fr")`, messages of software
 # interfaces (Sphinx, JupyterLab) translated into French by people, with
 # the same fixed splits, the same joint byte-pair encoding of 2,000 pieces
@@ -2053,9 +2035,10 @@ plt.show()
 #   last 5 reports and ends with their mean.
 
 # %% tags=["skip-grading"]
-import copy
+import time
 
 from attnkit import corpora
+from attnkit.checkpoints import checkpoint
 from attnkit.metrics import bleu, chrf
 from attnkit.subwords import BOS, EOS, PAD, translation_bpe
 
@@ -2066,6 +2049,7 @@ FR_TRAIN = [(TOK.encode(p.src), TOK.encode(p.tgt, bos=True, eos=True))
 FR_TRAIN = [(x, y) for x, y in FR_TRAIN if len(x) <= MAX_PIECES and len(y) <= MAX_PIECES + 2]
 FR_VALID, FR_TEST = corpora.parallel("fr", "valid"), corpora.parallel("fr", "test")
 MT = dict(d_model=128, n_heads=4, d_ff=256, n_layers=2, dropout=0.3)
+STEPS_LONG = 4_000                       # the committed run's steps
 
 
 def pad(rows: list[list[int]]) -> torch.Tensor:
@@ -2133,10 +2117,11 @@ def translate_mt(model: Transformer, sentences: list[str], beam: int = 0,
 def valid_loss(model: Transformer) -> float:
     """Teacher-forced cross-entropy per target piece on the validation pairs (no smoothing)."""
     model.eval()
+    device = next(model.parameters()).device
     total, n = 0.0, 0
     for i in range(0, len(FR_VALID), 100):
-        src = pad([TOK.encode(p.src) for p in FR_VALID[i:i + 100]])                   # (B, S)
-        tgt = pad([TOK.encode(p.tgt, bos=True, eos=True) for p in FR_VALID[i:i + 100]])
+        src = pad([TOK.encode(p.src) for p in FR_VALID[i:i + 100]]).to(device)       # (B, S)
+        tgt = pad([TOK.encode(p.tgt, bos=True, eos=True) for p in FR_VALID[i:i + 100]]).to(device)
         logits = model(src, tgt[:, :-1])                                               # (B, T, V)
         total += F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD,
                                  reduction="sum").item()
@@ -2144,11 +2129,12 @@ def valid_loss(model: Transformer) -> float:
     return total / n
 
 
-def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 300,
-        average: int = 5, report: int = 50, seed: int = 0, threads: int = 1) -> list[dict]:
+def fit(model: Transformer, steps: int, device: torch.device = torch.device("cpu"),
+        max_tokens: int = 1200, warmup: int = 300, average: int = 5, report: int = 50,
+        seed: int = 0, threads: int = 1) -> list[dict]:
     """The paper's recipe (label smoothing 0.1, Adam 0.9/0.98/1e-9, noam_lr) on token batches,
-    gradients clipped at 1.0; the weights are kept every `report` steps, and the model ends with
-    the mean of the last `average` kept (checkpoint averaging)."""
+    gradients clipped at 1.0; every `report` steps the weights are kept and the validation loss
+    logged, and the model ends with the mean of the last `average` kept (checkpoint averaging)."""
     torch.set_num_threads(threads)
     torch.manual_seed(seed)                                             # the dropout masks
     stream = token_batches(FR_TRAIN, max_tokens, torch.Generator().manual_seed(seed))
@@ -2158,7 +2144,8 @@ def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 30
         for group in opt.param_groups:
             group["lr"] = noam_lr(step, model.d_model, warmup)
         pairs = next(stream)
-        src, tgt = pad([x for x, _ in pairs]), pad([y for _, y in pairs])  # (B, S), (B, T + 1)
+        src = pad([x for x, _ in pairs]).to(device)                                   # (B, S)
+        tgt = pad([y for _, y in pairs]).to(device)                                   # (B, T + 1)
         model.train()
         loss = label_smoothed_nll(model(src, tgt[:, :-1]), tgt[:, 1:], eps=0.1, pad_id=PAD)
         opt.zero_grad()
@@ -2166,95 +2153,258 @@ def fit(model: Transformer, steps: int, max_tokens: int = 1200, warmup: int = 30
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % report == 0 or step == steps:
-            kept = (kept + [copy.deepcopy(model.state_dict())])[-average:]
-            log.append({"step": step, "loss": loss.item(),
-                        "seconds": time.perf_counter() - started})
-    log[-1]["last_valid_loss"] = valid_loss(model)
+            kept = (kept + [{k: v.detach().clone() for k, v in model.state_dict().items()}])
+            kept = kept[-average:]
+            log.append({"step": step, "loss": round(loss.item(), 4),
+                        "valid_loss": round(valid_loss(model), 4),
+                        "seconds": round(time.perf_counter() - started, 1)})
     model.load_state_dict({k: sum(s[k] for s in kept) / len(kept) for k in kept[0]})
-    log[-1]["averaged_valid_loss"] = valid_loss(model)
+    log[-1]["averaged_valid_loss"] = round(valid_loss(model), 4)
     return log
 
+
+def evaluate_mt(model: Transformer) -> dict:
+    """sacreBLEU's BLEU and chrF (95% bootstrap intervals) on the test pairs, greedy and with 4
+    beams, and the validation loss."""
+    refs = [p.tgt for p in FR_TEST]
+    out = {"valid_loss": valid_loss(model)}
+    for key, beam in (("greedy", 0), ("beam", 4)):
+        hyps = translate_mt(model, [p.src for p in FR_TEST], beam=beam)
+        for metric, score in (("bleu", bleu(hyps, refs)), ("chrf", chrf(hyps, refs))):
+            out |= {f"{key}_{metric}": score.score, f"{key}_{metric}_low": score.low,
+                    f"{key}_{metric}_high": score.high}
+    return out
+
+
+@checkpoint("03_transformer", build=build_mt, evaluate=evaluate_mt, steps=STEPS_LONG,
+            report=250, tolerance=0.01)
+def transformer_fr(model: Transformer, steps: int, device: torch.device,
+                   report: int = 50) -> list[dict]:
+    """The translator's run: `fit` on `device`, reports every `report` steps."""
+    return fit(model, steps, device, report=report)
+
+
+# %% [markdown]
+# The same function, `transformer_fr`, trains twice. Your short run, below,
+# is {glue:text}`ch03_mt_steps` steps on one thread (about a CPU-minute).
+# The longer run, declared with `@checkpoint`, was trained by
+# `python -m course checkpoints 03_transformer` with the same code, the
+# same model and the same batches, and committed (float16 weights); the
+# page loads it and its record
+# (`attnkit/checkpoints_data/03_transformer/transformer_fr.json`), which
+# holds its scores, its training log and its training seconds. The two
+# baselines come from the same test pairs: the English source copied as
+# the French output, and chapter 02's committed RNN with attention
+# (`attnkit/checkpoints_data/02_attention/rnn_attention.json`).
 
 # %% tags=["skip-grading", "hide-input"]
 import json
 from pathlib import Path
 
+import numpy as np
+from sacrebleu.metrics import BLEU
+
+SHORT_STEPS = 500
 mt = build_mt()
-mt_log = fit(mt, steps=500)                                   # your short run, about a CPU-minute
+mt_log = transformer_fr(mt, steps=SHORT_STEPS, device=torch.device("cpu"))   # your short run
+short = evaluate_mt(mt)
+long_mt = transformer_fr.load()                                  # the committed longer run
+long_rec = transformer_fr.record()
+sources, refs = [p.src for p in FR_TEST], [p.tgt for p in FR_TEST]
+copy_bleu, copy_chrf = bleu(sources, refs), chrf(sources, refs)
+rnn_rec = json.loads((Path(attnkit.__file__).parent / "checkpoints_data" / "02_attention"
+                      / "rnn_attention.json").read_text())
+rnn = {f"greedy_{k[5:]}": v for k, v in rnn_rec["metrics"].items()}  # test_bleu -> greedy_bleu
+copied = {"greedy_bleu": copy_bleu.score, "greedy_bleu_low": copy_bleu.low,
+          "greedy_bleu_high": copy_bleu.high, "greedy_chrf": copy_chrf.score,
+          "greedy_chrf_low": copy_chrf.low, "greedy_chrf_high": copy_chrf.high}
+rows = [("copy the source", copied, "greedy", None, None),
+        ("02's RNN + attention, committed", rnn, "greedy", rnn_rec["log"][-1]["step"],
+         rnn_rec["seconds"]),
+        ("Transformer, your short run", short, "greedy", SHORT_STEPS, mt_log[-1]["seconds"]),
+        ("", short, "beam", None, None),
+        ("Transformer, committed run", long_rec["metrics"], "greedy",
+         long_rec["kwargs"]["steps"], long_rec["seconds"]),
+        ("", long_rec["metrics"], "beam", None, None)]
+print(f"{'system':32s} {'steps':>5s} {'seconds':>7s}  {'search':7s} BLEU (95% interval)"
+      f"   chrF (95% interval)")
+for name, m, key, steps, seconds in rows:
+    print(f"{name:32s} {steps or '':>5} {'' if seconds is None else round(seconds):>7}  "
+          f"{key if name != 'copy the source' else '':7s} {m[f'{key}_bleu']:4.1f} "
+          f"({m[f'{key}_bleu_low']:4.1f} to {m[f'{key}_bleu_high']:4.1f})    "
+          f"{m[f'{key}_chrf']:4.1f} ({m[f'{key}_chrf_low']:4.1f} to {m[f'{key}_chrf_high']:4.1f})")
+for run, m in (("copy", copied), ("rnn", rnn), ("short", short), ("long", long_rec["metrics"])):
+    for key in ("greedy", "beam") if run in ("short", "long") else ("greedy",):
+        for metric in ("bleu", "chrf"):
+            for end in ("", "_low", "_high"):
+                glue(f"ch03_mt_{run}_{key}_{metric}{end}", m[f"{key}_{metric}{end}"])
 glue("ch03_mt_pairs", len(FR_TRAIN))
 glue("ch03_mt_params", sum(p.numel() for p in mt.parameters()))
-glue("ch03_mt_steps", mt_log[-1]["step"])
+glue("ch03_mt_steps", SHORT_STEPS)
 glue("ch03_mt_seconds", mt_log[-1]["seconds"])
-glue("ch03_mt_last_valid", mt_log[-1]["last_valid_loss"])
+glue("ch03_mt_last_valid", mt_log[-1]["valid_loss"])
 glue("ch03_mt_avg_valid", mt_log[-1]["averaged_valid_loss"])
-sources, refs = [p.src for p in FR_TEST], [p.tgt for p in FR_TEST]
-systems = {"copy the source": sources, "Transformer, greedy": translate_mt(mt, sources),
-           "Transformer, beam 4": translate_mt(mt, sources, beam=4)}
-scores = {name: (bleu(hyps, refs), chrf(hyps, refs)) for name, hyps in systems.items()}
-for name, (b, c) in scores.items():
-    print(f"{name:22s} {b}\n{'':22s} {c}")
-for key, name in (("copy", "copy the source"), ("greedy", "Transformer, greedy"),
-                  ("beam", "Transformer, beam 4")):
-    b, c = scores[name]
-    glue(f"ch03_mt_{key}_bleu", b.score), glue(f"ch03_mt_{key}_bleu_low", b.low)
-    glue(f"ch03_mt_{key}_bleu_high", b.high), glue(f"ch03_mt_{key}_chrf", c.score)
-rnn = Path(attnkit.__file__).parent / "checkpoints_data" / "02_attention" / "rnn_attention.json"
-if rnn.exists():
-    rec = json.loads(rnn.read_text())
-    line = (f"chapter 02's RNN with attention "
-            f"(its committed run, {rec['seconds']:.0f} s of training "
-            f"on {rec.get('device', 'the CPU')}, {rec['log'][-1]['step']} steps): greedy BLEU "
-            f"{rec['metrics']['test_bleu']:.1f} ({rec['metrics']['test_bleu_low']:.1f} to "
-            f"{rec['metrics']['test_bleu_high']:.1f}), chrF {rec['metrics']['test_chrf']:.1f}, "
-            f"on the same test pairs")
-else:
-    line = ("chapter 02's RNN record (attnkit/checkpoints_data/02_attention/rnn_attention.json) "
-            "is not in this checkout")
-print(line)
-glue("ch03_mt_rnn_line", line)
-print()
-for i in (0, 1, 6, 7, 20, 40):
-    print(f"EN  {sources[i]}\nFR  {refs[i]}\nout {systems['Transformer, greedy'][i]}\n")
+glue("ch03_mt_long_steps", long_rec["kwargs"]["steps"])
+glue("ch03_mt_long_seconds", long_rec["seconds"])
+glue("ch03_mt_long_last_valid", long_rec["log"][-1]["valid_loss"])
+glue("ch03_mt_long_avg_valid", long_rec["log"][-1]["averaged_valid_loss"])
+best = min(long_rec["log"], key=lambda r: r["valid_loss"])
+glue("ch03_mt_long_best_valid", best["valid_loss"])
+glue("ch03_mt_long_best_step", best["step"])
+glue("ch03_mt_rnn_steps", rnn_rec["log"][-1]["step"])
+glue("ch03_mt_rnn_seconds", rnn_rec["seconds"])
+glue("ch03_mt_rnn_best_valid", min(r["valid_loss"] for r in rnn_rec["log"]))
+# Equal wall time: the Transformer's validation loss at its last report within the RNN's seconds
+within = [r for r in long_rec["log"] if r["seconds"] <= rnn_rec["seconds"]]
+glue("ch03_mt_equal_step", within[-1]["step"])
+glue("ch03_mt_equal_seconds", within[-1]["seconds"])
+glue("ch03_mt_equal_valid", within[-1]["valid_loss"])
+glue("ch03_mt_rnn_last_valid", rnn_rec["log"][-1]["valid_loss"])
+glue("ch03_mt_time_ratio", long_rec["seconds"] / rnn_rec["seconds"])
+
+# Paired bootstrap (Koehn, 2004), the committed run's greedy output against copying: the same
+# 1,000 resamples of the test sentences for both; sacreBLEU's per-sentence statistics, summed
+# over a resample, give its corpus BLEU
+long_greedy = translate_mt(long_mt, sources)
+stats = [np.array(BLEU()._extract_corpus_statistics(hyps, [refs]))        # (sentences, stats)
+         for hyps in (long_greedy, sources)]
+rng = np.random.default_rng(12345)
+diffs = []
+for _ in range(1000):
+    idx = rng.integers(0, len(refs), len(refs))
+    a, b = (BLEU()._compute_score_from_stats(st[idx].sum(0).tolist()).score for st in stats)
+    diffs.append(a - b)
+glue("ch03_mt_copy_diff_low", np.percentile(diffs, 2.5))
+glue("ch03_mt_copy_diff_high", np.percentile(diffs, 97.5))
+glue("ch03_mt_copy_wins", int(sum(d > 0 for d in diffs)))
+print(f"BLEU of the committed run (greedy) minus copying, paired bootstrap: 95% of resamples "
+      f"between {np.percentile(diffs, 2.5):.1f} and {np.percentile(diffs, 97.5):.1f}")
+assert abs(np.percentile(diffs, 2.5)) < 2, "the text says BLEU barely separates them"
+assert long_rec["metrics"]["greedy_chrf_low"] > copy_chrf.high, \
+    "the text says chrF separates the committed run from copying"
+assert long_rec["metrics"]["greedy_bleu_low"] > short["greedy_bleu_high"], \
+    "the text says the committed run's interval lies above the short run's"
+assert long_rec["metrics"]["greedy_bleu_low"] > rnn["greedy_bleu_high"], \
+    "the text says the committed run's interval lies above the RNN's"
+assert copy_chrf.score < min(short["greedy_chrf"], short["beam_chrf"], rnn["greedy_chrf"]), \
+    "the text says copying has the lowest chrF"
+assert copy_bleu.score > max(short["greedy_bleu"], short["beam_bleu"], rnn["greedy_bleu"]), \
+    "the text says copying scores more BLEU than the short run and the RNN"
+
+fig, ax = plt.subplots(figsize=(7, 3))
+for name, log in (("Transformer, committed", long_rec["log"]),
+                  ("Transformer, your short run", mt_log),
+                  ("02's RNN + attention, committed", rnn_rec["log"])):
+    ax.plot([r["seconds"] for r in log], [r["valid_loss"] for r in log], marker=".", label=name)
+ax.set_xlabel("training seconds (one thread)"), ax.set_ylabel("validation cross-entropy per piece")
+ax.legend(fontsize=8)
+plt.show()
+
+shown = [p for p in FR_TEST if 3 <= len(p.src.split()) <= 8][:6]
+outs = {name: translate_mt(model, [p.src for p in shown])
+        for name, model in (("short run", mt), ("committed", long_mt))}
+for i, p in enumerate(shown):
+    print(f"English:    {p.src}\nreference:  {p.tgt}")
+    for name in outs:
+        print(f"{name + ':':11s} {outs[name][i]}")
+    print()
 
 # %% [markdown]
-# In this run the short run trained
-# {glue:text}`ch03_mt_params:,.0f` parameters for
-# {glue:text}`ch03_mt_steps` steps in {glue:text}`ch03_mt_seconds:.0f` s on
-# one thread. On the 387 test pairs, greedy decoding scores
-# {glue:text}`ch03_mt_greedy_bleu:.1f` BLEU (95% interval
-# {glue:text}`ch03_mt_greedy_bleu_low:.1f` to
-# {glue:text}`ch03_mt_greedy_bleu_high:.1f`), beam search with 4 beams and
-# $\alpha = 0.6$ {glue:text}`ch03_mt_beam_bleu:.1f`
-# ({glue:text}`ch03_mt_beam_bleu_low:.1f` to
-# {glue:text}`ch03_mt_beam_bleu_high:.1f`), and copying the English source
-# {glue:text}`ch03_mt_copy_bleu:.1f`
-# ({glue:text}`ch03_mt_copy_bleu_low:.1f` to
-# {glue:text}`ch03_mt_copy_bleu_high:.1f`): software messages share names,
-# numbers and placeholders between the languages, so copying is not zero.
-# Compare systems by their intervals, not their point scores. Chapter 02's
-# line is printed above: {glue:text}`ch03_mt_rnn_line`. Its training time
-# and this run's were both measured on this shared 2-core machine under
-# different loads, so "equal wall time" holds only roughly; the two are
-# compared as BLEU reached for the seconds each trained, in one run each.
-# Checkpoint averaging: the validation loss of the last weights is
-# {glue:text}`ch03_mt_last_valid:.3f` nats per piece, of the mean of the
-# last five kept {glue:text}`ch03_mt_avg_valid:.3f`, in this run.
+# **The longer run.** The same model, trained for
+# {glue:text}`ch03_mt_long_steps` steps in
+# {glue:text}`ch03_mt_long_seconds:.0f` s on one thread, scores
+# {glue:text}`ch03_mt_long_greedy_bleu:.1f` BLEU with greedy decoding (95%
+# interval {glue:text}`ch03_mt_long_greedy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_long_greedy_bleu_high:.1f`) and
+# {glue:text}`ch03_mt_long_beam_bleu:.1f`
+# ({glue:text}`ch03_mt_long_beam_bleu_low:.1f` to
+# {glue:text}`ch03_mt_long_beam_bleu_high:.1f`) with beam search (4 beams,
+# $\alpha = 0.6$). Your short run scores
+# {glue:text}`ch03_mt_short_greedy_bleu:.1f`
+# ({glue:text}`ch03_mt_short_greedy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_short_greedy_bleu_high:.1f`) greedy and
+# {glue:text}`ch03_mt_short_beam_bleu:.1f`
+# ({glue:text}`ch03_mt_short_beam_bleu_low:.1f` to
+# {glue:text}`ch03_mt_short_beam_bleu_high:.1f`) with beams, so the longer
+# run's interval lies above the short run's. chrF agrees:
+# {glue:text}`ch03_mt_long_greedy_chrf:.1f` against
+# {glue:text}`ch03_mt_short_greedy_chrf:.1f`.
 #
-# Why so far below the paper's 41.8: 1,500 times less data, a model 70
-# times smaller, and a minute of one CPU core against 12 hours on eight
-# GPUs. A committed longer run (`@checkpoint`) is not part of this page yet.
+# The validation loss of the longer run is lowest at step
+# {glue:text}`ch03_mt_long_best_step`
+# ({glue:text}`ch03_mt_long_best_valid:.2f` nats per piece) and ends at
+# {glue:text}`ch03_mt_long_last_valid:.2f`; its translations, from the
+# end of the run, still score the table's best BLEU. The two measures need
+# not agree: cross-entropy punishes a confident wrong piece heavily, while
+# BLEU counts only the pieces chosen. With checkpoint averaging, the
+# committed weights (the mean of the last five kept) have a validation
+# loss of {glue:text}`ch03_mt_long_avg_valid:.3f`, against
+# {glue:text}`ch03_mt_long_last_valid:.3f` for the last weights (your
+# short run: {glue:text}`ch03_mt_avg_valid:.3f` against
+# {glue:text}`ch03_mt_last_valid:.3f`).
 #
-# The cross-attention of the last decoder layer, every head, on two test
-# sentences, the decoder reading its own greedy output: each row is a
-# French piece being predicted, each column an English piece.
+# **Copying the source.** Copying the English scores
+# {glue:text}`ch03_mt_copy_greedy_bleu:.1f` BLEU
+# ({glue:text}`ch03_mt_copy_greedy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_copy_greedy_bleu_high:.1f`), more than your short
+# run and chapter 02's RNN, yet the lowest chrF in the table,
+# {glue:text}`ch03_mt_copy_greedy_chrf:.1f`. Software messages share
+# names, numbers and placeholders such as `{0}` between the two languages;
+# BLEU counts only exact matches of whole words and word sequences, which
+# copying gets for free, while chrF counts character sequences and so
+# credits the partly right French words of a model. So read a BLEU score
+# against the copy baseline, and beside chrF, before calling it good.
+#
+# The longer run beats copying clearly on chrF,
+# {glue:text}`ch03_mt_long_greedy_chrf:.1f`
+# ({glue:text}`ch03_mt_long_greedy_chrf_low:.1f` to
+# {glue:text}`ch03_mt_long_greedy_chrf_high:.1f`) against
+# {glue:text}`ch03_mt_copy_greedy_chrf:.1f`
+# ({glue:text}`ch03_mt_copy_greedy_chrf_low:.1f` to
+# {glue:text}`ch03_mt_copy_greedy_chrf_high:.1f`), and only barely on BLEU.
+# Both systems translate the same sentences, so we resample the test
+# sentences once for both (a paired bootstrap): the longer run scores more
+# BLEU in {glue:text}`ch03_mt_copy_wins` of 1,000 resamples, and 95% of
+# the differences lie between {glue:text}`ch03_mt_copy_diff_low:+.1f` and
+# {glue:text}`ch03_mt_copy_diff_high:+.1f` BLEU.
+#
+# **Against chapter 02's RNN.** Compared: the test BLEU of the two
+# committed runs, each after the training its record holds, the RNN with
+# attention {glue:text}`ch03_mt_rnn_seconds:.0f` s
+# ({glue:text}`ch03_mt_rnn_steps` steps) and the Transformer
+# {glue:text}`ch03_mt_long_seconds:.0f` s
+# ({glue:text}`ch03_mt_long_steps` steps), both on one CPU thread of the
+# machine that trained them, so the Transformer had
+# {glue:text}`ch03_mt_time_ratio:.1f` times the RNN's wall time. Result:
+# the Transformer scores {glue:text}`ch03_mt_long_greedy_bleu:.1f` against
+# the RNN's {glue:text}`ch03_mt_rnn_greedy_bleu:.1f`
+# ({glue:text}`ch03_mt_rnn_greedy_bleu_low:.1f` to
+# {glue:text}`ch03_mt_rnn_greedy_bleu_high:.1f`), both greedy, and at equal
+# wall time its validation loss is already lower: after at most
+# {glue:text}`ch03_mt_rnn_seconds:.0f` s (its report at step
+# {glue:text}`ch03_mt_equal_step`) its validation loss is
+# {glue:text}`ch03_mt_equal_valid:.2f` nats per piece, against the RNN's
+# {glue:text}`ch03_mt_rnn_last_valid:.2f` at the end of its run (the same
+# validation pairs and pieces; the figure above plots both against
+# seconds). These are single runs: the intervals measure how a score moves
+# with the sample of test sentences, not from one training run to another.
+#
+# **Why so far below the paper's 41.8.** 1,500 times less data, a model 70
+# times smaller, and minutes of one CPU core against 12 hours on eight
+# GPUs.
+#
+# The cross-attention of the last decoder layer of the committed run, every
+# head, on two test sentences, the decoder reading its own greedy output:
+# each row is a French piece being predicted, each column an English piece.
 
 # %% tags=["skip-grading", "hide-input"]
 for i in (1, 7):
     src_ids = pad([TOK.encode(sources[i])])                                           # (1, S)
-    out_ids = transformer_greedy_decode(mt, src_ids, BOS, EOS, int(1.5 * src_ids.shape[1]) + 10)
+    out_ids = transformer_greedy_decode(long_mt, src_ids, BOS, EOS,
+                                        int(1.5 * src_ids.shape[1]) + 10)
     with torch.no_grad():
-        mt(src_ids, out_ids[:, :-1])
-    cross = mt.decoder.layers[-1].cross_attn.attn[0].cpu()                            # (H, T, S)
+        long_mt(src_ids, out_ids[:, :-1])
+    cross = long_mt.decoder.layers[-1].cross_attn.attn[0].cpu()                       # (H, T, S)
     rows = ["<s>"] + [TOK.hf.id_to_token(int(t)) for t in out_ids[0, 1:-1]]
     cols = TOK.pieces(sources[i])
     heatmap_grid(list(cross[:, :len(rows)]),
@@ -2281,13 +2431,13 @@ for i in (1, 7):
 #   say); with separate tables, their initialisation must match that
 #   scale.
 # * Each sub-layer is wrapped in a residual connection and LayerNorm; we
-#   used the paper's **post-norm**; pre-norm is the common variant and, in
-#   our measurements, trains without warm-up where post-norm does not.
+#   used the paper's **post-norm**; pre-norm is the common variant, and it
+#   learned the tagger without warm-up where post-norm did not, in every run.
 # * The decoder adds a causal mask and cross-attention to the encoder
 #   output; training uses teacher forcing, label smoothing and the warm-up
 #   schedule (with gradient clipping at 1.0 here); inference decodes
 #   greedily or with beam search, whose stopping rule mattered more than
-#   its width on the dates (in every run of the claims check).
+#   its width on the dates (in 9 of 10 runs of each solution).
 # * Self-attention is parallel with $O(1)$ path length, at a cost quadratic
 #   in the sequence length.
 #
