@@ -103,14 +103,31 @@ def alternative_notebook(chapter: str, alt: Alternative | None = None) -> nbform
     return nb
 
 
+def executed_code(path: Path) -> str:
+    """What running `path` (a jupytext solution or a plain alternative) executes: each code cell's
+    tags and its code without comments, docstrings or formatting. The prose (markdown cells) is
+    left out: rewording the text does not re-run the alternative."""
+    import jupytext
+
+    from course.claims import strip_code
+    nb = jupytext.read(path)
+    return "\n\n".join(f"{sorted(c.metadata.get('tags', []))}\n{strip_code(c.source)}"
+                       for c in nb.cells if c.cell_type == "code")
+
+
 def run_hash(chapter: str) -> str:
-    """A hash of what an alternative run depends on."""
+    """A hash of what an alternative run depends on: the code of the solution and the
+    alternative (not their prose), the graders, this file, the claims record, the attnkit modules."""
+    import hashlib
+
     from course.deps import digest
     record = ROOT / "tests" / "claims" / f"{chapter}.json"
-    paths = [SOLUTIONS / f"{chapter}.py", ALTERNATIVES / f"{chapter}.py",
-             ROOT / "autograder" / "graders" / f"test_{chapter}.py", Path(__file__),
+    solution, alternative = SOLUTIONS / f"{chapter}.py", ALTERNATIVES / f"{chapter}.py"
+    paths = [ROOT / "autograder" / "graders" / f"test_{chapter}.py", Path(__file__),
              *([record] if record.exists() else [])]
-    return digest(paths, source=paths[0].read_text() + paths[1].read_text())
+    code = executed_code(solution) + "\n\n" + executed_code(alternative)
+    files = digest(paths, source=solution.read_text() + alternative.read_text())
+    return hashlib.sha256((files + code).encode()).hexdigest()[:16]
 
 
 def _load_runs() -> dict:

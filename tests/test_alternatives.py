@@ -94,3 +94,16 @@ def test_a_wrong_alternative_fails_and_says_what_it_lost(toy):
     record = alternatives.check(TOY, force=True)
     assert not record["ok"]
     assert any("scaled_scores" in p for p in record["problems"])
+
+
+def test_rewording_the_prose_does_not_rerun_the_alternative(tmp_path):
+    """Does the run hash ignore markdown and comments, but see code and cell tags?"""
+    def code_of(text):
+        path = tmp_path / "ch.py"
+        path.write_text(text)
+        return alternatives.executed_code(path)
+    base = "# %% [markdown]\n# Some prose.\n\n# %%\nx = 1  # a comment\n"
+    assert code_of(base) == code_of(base.replace("Some prose.", "Other prose, reworded."))
+    assert code_of(base) == code_of(base.replace("# a comment", "# another"))
+    assert code_of(base) != code_of(base.replace("x = 1", "x = 2"))
+    assert code_of(base) != code_of(base.replace("# %%\nx", '# %% tags=["skip-grading"]\nx'))
