@@ -2392,12 +2392,13 @@ for key, c in zip(("ft", "scratch", "frozen"), CONDITIONS):
 
 def gain_sentence(pairs: int) -> str:
     """The gain from pre-training in accuracy, seed by seed, stated plainly."""
-    gains = [a["acc"] - b["acc"] for a, b in zip(runs_of("fine-tuned", pairs), runs_of("from scratch", pairs))]
+    gains = [a["acc"] - b["acc"]
+             for a, b in zip(runs_of("fine-tuned", pairs), runs_of("from scratch", pairs))]
     if all(g > 0 for g in gains):
         return (f"on each of the {len(gains)} seeds, pre-training adds {min(gains):.1f} to "
                 f"{max(gains):.1f} points of accuracy")
-    return (f"pre-training changes accuracy by {min(gains):+.1f} to {max(gains):+.1f} points seed by seed: "
-            f"it helps on {sum(g > 0 for g in gains)} of {len(gains)} seeds only")
+    return (f"pre-training changes accuracy by {min(gains):+.1f} to {max(gains):+.1f} points "
+            f"seed by seed: it helps on {sum(g > 0 for g in gains)} of {len(gains)} seeds only")
 
 
 glue("ch06_ft_gain_all", gain_sentence(FT_ALL))
