@@ -68,3 +68,31 @@ def test_the_pair_set_is_balanced_and_fits_the_model(ch06):
     assert labels.float().mean().item() == 0.5
     assert ids.shape[1] <= ch06["SEQ"] and ids.shape == seg.shape
     assert (ids[:, 0] == ch06["R_CLS"]).all()
+
+
+def test_macro_f1_does_not_reward_saying_translation_every_time(ch06):
+    """A model that calls every pair a translation scores 50% accuracy and a high F1 on that class
+    alone; the mean F1 of both classes shows that it learned nothing."""
+    import torch
+    gold = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0])
+    s = ch06["scores"](torch.ones(8, dtype=torch.long), gold)
+    assert s["acc"] == 50 and s["said_yes"] == 100
+    assert s["f1_yes"] == pytest.approx(200 / 3) and s["f1_no"] == 0
+    assert s["macro_f1"] == pytest.approx(100 / 3)
+    perfect = ch06["scores"](gold, gold)
+    assert perfect["acc"] == perfect["macro_f1"] == 100
+
+
+def test_an_unknown_fine_tuning_condition_is_refused(ch06):
+    with pytest.raises(ValueError, match="condition"):
+        ch06["fine_tune_run"](condition="fine tuned", train_pairs=10, seed=0)
+
+
+def test_every_fine_tuning_run_has_a_record_made_by_the_current_code(ch06):
+    """The page reads the sweep's committed records: is there one for every config, made by the
+    chapter's code as it is now (else `python -m course sweeps 06` must re-run them)?"""
+    from course.sweeps import code_hash
+    runs = ch06["fine_tune_run"].results(check_code=False)
+    assert len(runs) == len(ch06["fine_tune_run"].configs) >= 9
+    assert {r["code_hash"] for r in runs} == {code_hash("06_bert")}
+    assert all(0 <= r["acc"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in runs)
