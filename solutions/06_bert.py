@@ -2378,7 +2378,8 @@ same = all(ft_mine[c][k] == runs_of(c, FT_ALL)[0][k] for c in ft_mine
            for k in ("acc", "macro_f1", "f1_yes", "said_yes"))
 print("your seed-0 scores " + ("equal" if same else "DIFFER FROM") + " the record of seed 0")
 glue("ch06_ft_same", "equal those of the record of seed 0, to the last digit" if same else
-     "differ from the record of seed 0 (other code or threads made the record)")
+     "differ a little from the record of seed 0, made in a fresh process (a kernel that ran "
+     "other cells first can sum in another order)")
 
 for key, c in zip(("ft", "scratch", "frozen"), CONDITIONS):
     runs = runs_of(c, FT_ALL)
@@ -2409,8 +2410,8 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 # ({glue:text}`ch06_mine_ft_acc:.1f`% accuracy) and of the model from
 # scratch ({glue:text}`ch06_mine_scratch_acc:.1f`%), in
 # {glue:text}`ch06_ft_mine_cpu:.0f` CPU-seconds. Its scores
-# {glue:text}`ch06_ft_same`: the same seed, code and single thread. The
-# other rows of the table are the committed records.
+# {glue:text}`ch06_ft_same`, with the same seed, code and single thread.
+# The other rows of the table are the committed records.
 #
 # The two classes are balanced, so accuracy is the fair measure. The F1 of
 # the class "translation" alone rewards a model that says "translation"
