@@ -507,8 +507,9 @@ def _seeds(runs: list[dict]) -> str:
 
 
 def main(args: list[str]) -> int:
-    """`python -m course claims [NN_name|NN ...] [--force] [--jobs=N]`: refresh the records (N
-    processes at once), check the claims."""
+    """`python -m course claims [NN_name|NN ...] [--force] [--jobs=N] [--check]`: refresh the
+    records (N processes at once), check the claims. With --check nothing runs: a stale record is
+    a problem."""
     started = time.monotonic()
     from course.exercises import chapters
     jobs = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--jobs=")), 1)
@@ -520,8 +521,17 @@ def main(args: list[str]) -> int:
         if not has_experiment(ch):
             print(f"{ch}: declares no experiment (attnkit.claims.experiment): nothing to check")
             continue
+        if "--check" in args:
+            if old := stale(ch):
+                problems.append(f"{ch}: the record of {', '.join(old)} is stale: run "
+                                f"`python -m course claims {ch}`")
+                continue
+            record = load(ch)
+            if any(missing_confirmation(ch, record).values()):
+                problems.append(f"{ch}: held-out runs are missing: run `python -m course claims {ch}`")
+                continue
         try:
-            record = refresh(ch, force="--force" in args, jobs=jobs)
+            record = record if "--check" in args else refresh(ch, force="--force" in args, jobs=jobs)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue

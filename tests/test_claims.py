@@ -366,3 +366,12 @@ def test_a_timing_slack_is_read_on_the_log_scale():
     assert claims.log_slack(-1.0, 2.0) == -3.0, "a sign change has no log: the plain difference"
     fns = claims.slack_functions('claim("a", "t", lambda g: g["x_time"] > 2 and g["y"] < 4)\n', relative=True)
     assert [f({"x_time": 6.0, "y": 2.0}) for _, f in fns["a"]] == pytest.approx([1.0986, 0.6931], abs=1e-4)
+
+
+def test_check_mode_reports_a_stale_record_and_runs_nothing(toy, monkeypatch, capsys):
+    """Does `claims --check` fail on a stale record without re-running anything?"""
+    assert claims.main([TOY, "--check"]) == 0
+    toy.write_text(toy.read_text().replace("torch.randn(1000", "torch.randn(2000"))
+    monkeypatch.setattr(claims, "_run", lambda *a, **k: pytest.fail("--check must not run"))
+    assert claims.main([TOY, "--check"]) == 1
+    assert "stale" in capsys.readouterr().out
