@@ -2189,7 +2189,7 @@ def transformer_fr(model: Transformer, steps: int, device: torch.device,
 
 # %% [markdown]
 # The same function, `transformer_fr`, trains twice. Your short run, below,
-# is {glue:text}`ch03_mt_steps` steps on one thread (about a CPU-minute).
+# is {glue:text}`ch03_mt_steps` steps on one thread (one to two CPU-minutes).
 # The longer run, declared with `@checkpoint`, was trained by
 # `python -m course checkpoints 03_transformer` with the same code, the
 # same model and the same batches, and committed (float16 weights); the
@@ -2399,8 +2399,10 @@ for i, p in enumerate(shown):
 # million parameters, 12 hours) scores 38.1 on the same data.
 #
 # The cross-attention of the last decoder layer of the committed run, every
-# head, on two test sentences, the decoder reading its own greedy output:
-# each row is a French piece being predicted, each column an English piece.
+# head, on two test sentences, the decoder reading its own greedy output.
+# Each column is an English piece. Each row is labelled with the French
+# piece the decoder has just read, so the row predicts the piece of the
+# next row (the row `<s>` predicts the first French piece).
 
 # %% tags=["skip-grading", "hide-input"]
 for i in (1, 7):
