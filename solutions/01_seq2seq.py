@@ -1376,7 +1376,7 @@ spread({"ch01_clean_acc": "clean accuracy, t = 2..4 (%)",
 # {glue:text}`ch01_recorded_runs` runs of the claims check the control's
 # drop was {glue:text}`ch01_drop_ratio_lo:.2f` to
 # {glue:text}`ch01_drop_ratio_hi:.2f` of the teacher-forced model's. So
-# half of the drop or more comes from never having seen a wrong prefix,
+# about half of the drop comes from never having seen a wrong prefix,
 # which is what **exposure bias** names. The rest is what one random
 # letter costs even a decoder trained on such prefixes.
 
@@ -1403,7 +1403,9 @@ claim("control_drops_less", "The control's drop (from its own clean accuracy) is
 # the control's exact match minus the model's ranges from
 # {glue:text}`ch01_ctrl_em_gain_lo:+.1f` to
 # {glue:text}`ch01_ctrl_em_gain_hi:+.1f` points (the last row of the table
-# above). On this task, at this budget, the remedy never buys exact match.
+# above). On this task, at this budget, the remedy never buys more than
+# {glue:text}`ch01_ctrl_em_gain_hi:.1f` points of exact match, and it
+# often costs far more.
 # (Whether exposure bias matters in practice is debated in the literature
 # too {cite}`he2021exposure`.)
 
@@ -1418,8 +1420,8 @@ claim("control_drops_less", "The control's drop (from its own clean accuracy) is
 # {glue:text}`ch01_err_control_short`, {glue:text}`ch01_err_control_long`
 # and {glue:text}`ch01_err_control_letters`. Training on corrupted prefixes
 # with gold targets also teaches the decoder to trust its history less.
-# Which kind of wrong output is more common changes from run to run, so
-# we read nothing into these counts.
+# The control's mix of wrong outputs changes from run to run, so we read
+# nothing into its counts.
 
 # %% [markdown]
 # In open-ended generation, where the next token should depend on the
@@ -1541,9 +1543,10 @@ for k in (4, 8):
 #   {glue:text}`ch01_em_k8_nb1:.0f`% at $k = 8$ (the printed table; $k = 4$
 #   and 8 are measured on this run only). At $k = 2$ the claims check's
 #   runs differ from greedy's by {glue:text}`ch01_k2_nb1_lo:+.0f` to
-#   {glue:text}`ch01_k2_nb1_hi:+.0f` points, lower in
-#   {glue:text}`ch01_k2_nb1_lower` of {glue:text}`ch01_k2_nb1_runs`, by
-#   {glue:text}`ch01_k2_nb1_mean:.1f` on average: a small cost already. At
+#   {glue:text}`ch01_k2_nb1_hi:+.0f` points,
+#   {glue:text}`ch01_k2_nb1_mean:+.1f` on average, and
+#   {glue:text}`ch01_k2_nb1_lower` of the {glue:text}`ch01_k2_nb1_runs`
+#   are lower: a small cost already. At
 #   $k = 16$ exact match collapses in every run. With $k = 16$, wider than the 12 tokens of the vocabulary,
 #   every extension of `<bos>` is kept at the first step: the 8 letters,
 #   `<eos>`, and the three banned tokens with score $-\infty$. `<eos>` is
@@ -2241,7 +2244,8 @@ print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
 #   same number.
 # * On real English-French messages the same encoder-decoder scores BLEU
 #   {glue:text}`ch01_fr_long_bleu:.1f` after the longer run, below copying
-#   the source. Its BLEU falls on long sources, as Cho et al. found; this
+#   the source on BLEU (copying is ahead in
+#   {glue:text}`ch01_fr_copy_wins` of 1,000 paired resamples). Its BLEU falls on long sources, as Cho et al. found; this
 #   run cannot tell the bottleneck from the few long training pairs. Wider
 #   beams find more
 #   probable outputs, almost every error is the model's, and raw sums
