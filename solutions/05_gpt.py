@@ -1812,9 +1812,8 @@ glue("ch05_real_d2_t12", sampling_rows["temperature 1.2"][0])
 # ({glue:text}`ch05_real_ll_greedy:.2f` nats per character) than the
 # validation text ({glue:text}`ch05_real_ll_validation:.2f`): text chosen
 # to maximise the model's probability is not text like people's. Greedy
-# decoding does not find the most likely text, though: it takes the best
-# character one step at a time, and a small nucleus can beat it on some
-# seeds.
+# decoding does not search for the most likely text, though: it takes the
+# best character one step at a time.
 # As the temperature rises from 0.5 to 1.2, the distinct-2 rate goes from
 # {glue:text}`ch05_real_d2_t05:.2f` to {glue:text}`ch05_real_d2_t12:.2f`
 # and the likelihood falls from {glue:text}`ch05_real_ll_t05:.2f` to
@@ -2024,17 +2023,18 @@ torch.set_num_threads(2)
 # to 3 layers of width 128 (4 heads, $d_{ff} = 4d$), each trained for 800
 # steps of 32 windows of 64 characters (1.6M characters, about one pass
 # over the training text) from 3 seeds; and the 2-layer model of width 64
-# trained the same way on only 26,000, 106,000 or 425,000 characters of
-# the training text, from 3 seeds. A smaller text is made of pieces of
-# 4,000 characters at evenly spaced places (`spread_subset`), so that it
-# samples the whole corpus, not its first documents. The validation loss
+# trained the same way on only 24,000, 104,000 or 424,000 characters of
+# the training text, from 3 seeds. A smaller text is made of whole pieces
+# of 4,000 characters at evenly spaced places (`spread_subset`: 6, 26 or
+# 106 pieces), so that it samples the whole corpus, not its first
+# documents. The validation loss
 # is measured 8 times along each run. The runs took too long for this page
 # (the total CPU time is below); they were run by
 # `python -m course sweeps 05` and their records committed
 # (`attnkit/sweeps_data/05_gpt/scaling_run.json`, one per run, keyed by its
 # configuration and by a hash of the code that made it: the command re-runs
-# only the runs whose code or configuration changed). The cell above
-# defines `scaling_run`; this one reads its records.
+# only the runs whose code or configuration changed). The next cell
+# defines `scaling_run`; the one after it reads its records.
 
 # %% tags=["skip-grading"]
 from attnkit.sweeps import sweep
@@ -2045,12 +2045,12 @@ PIECE = 4_000                      # a smaller training text: pieces of this man
 
 
 def spread_subset(ids: torch.Tensor, n: int, piece: int = PIECE) -> torch.Tensor:
-    """n characters of ids (all of it if n >= len(ids)): n // piece pieces of `piece` characters
-    at evenly spaced starts, concatenated, so a small text samples the whole corpus."""
+    """About n characters of ids (all of it if n >= len(ids)): n // piece whole pieces of `piece`
+    characters at evenly spaced starts, concatenated, so a small text samples the whole corpus."""
     if n >= len(ids):
         return ids
     starts = torch.linspace(0, len(ids) - piece, n // piece).long()                # (n // piece,)
-    return torch.cat([ids[s:s + piece] for s in starts.tolist()])                   # (n,)
+    return torch.cat([ids[s:s + piece] for s in starts.tolist()])        # (n // piece * piece,)
 
 
 @sweep("05_gpt", configs=[dict(n_layers=L, d_model=d, steps=800, train_chars=len(TRAIN_IDS), seed=s)
@@ -2137,10 +2137,12 @@ for (L, d), runs in by_size.items():
 axes[1].set(xscale="log", yscale="log", xlabel="training compute C = 6ND (FLOPs)",
             ylabel="validation nats/char", title="loss along training, mean over seeds")
 axes[1].legend(fontsize=7)
+actual = {n: len(spread_subset(TRAIN_IDS, n)) for n in DATA_CHARS}    # whole pieces: below n
 for n, runs in by_data.items():
     chars = [e["chars"] for e in runs[0]["log"]]
     loss = np.mean([[e["val_loss"] for e in r["log"]] for r in runs], 0)
-    line, = axes[2].plot(chars, loss, marker=".", label=f"text of {n / 1e3:,.0f}k chars: valid")
+    label = f"text of {actual[n] / 1e3:,.0f}k chars: valid"
+    line, = axes[2].plot(chars, loss, marker=".", label=label)
     if n == DATA_CHARS[0]:                                       # the training loss where it parts
         train = np.mean([[e["loss"] for e in r["log"]] for r in runs], 0)
         axes[2].plot(chars, train, ls="--", color=line.get_color(), label="its training batches")
@@ -2158,7 +2160,8 @@ for (L, d), row in zip(by_size, final):
           f"{row.mean():.3f} (seeds {', '.join(f'{v:.3f}' for v in row)})")
 train_last = {n: np.mean([r["log"][-1]["loss"] for r in runs]) for n, runs in by_data.items()}
 for n in DATA_CHARS:
-    print(f"training text of {n:9,d} characters: best validation {best[n]:.3f}, last {last[n]:.3f}"
+    print(f"training text of {actual[n]:9,d} characters: best validation {best[n]:.3f}, "
+          f"last {last[n]:.3f}"
           f" (seeds {', '.join(str(r['log'][-1]['val_loss']) for r in by_data[n])}),"
           f" last training batch {train_last[n]:.3f}")
 tiny = by_data[DATA_CHARS[0]]
@@ -2208,15 +2211,15 @@ for key, n in zip(("tiny", "small", "mid", "full"), DATA_CHARS):
 # that compute bought here.
 #
 # On the right, the 2-layer model of width 64 meets the data limit. On
-# 26,000 characters it learns its training text by heart: its training
+# 24,000 characters it learns its training text by heart: its training
 # loss falls to {glue:text}`ch05_data_train_last_tiny:.2f`, while its
 # validation loss, lowest at {glue:text}`ch05_data_best_tiny:.2f`, rises
 # to {glue:text}`ch05_data_last_tiny:.2f` by step 800, on every seed.
-# On 106,000 characters it ends at {glue:text}`ch05_data_last_small:.3f`,
+# On 104,000 characters it ends at {glue:text}`ch05_data_last_small:.3f`,
 # above the {glue:text}`ch05_data_last_full:.3f` of the whole text. On
-# 425,000 characters it ends at {glue:text}`ch05_data_last_mid:.3f`, as
-# on the whole text. So 800 steps of this model need between 106,000 and
-# 425,000 characters; more text than that buys nothing at this size and
+# 424,000 characters it ends at {glue:text}`ch05_data_last_mid:.3f`, as
+# on the whole text. So 800 steps of this model need between 104,000 and
+# 424,000 characters; more text than that buys nothing at this size and
 # this budget.
 #
 # **What this study can show, and what it cannot.** It shows the shape
@@ -2281,8 +2284,8 @@ for key, n in zip(("tiny", "small", "mid", "full"), DATA_CHARS):
 # * The KV cache appends keys and values along the position axis; new
 #   position $i$ sees the cache and new positions $\le i$. It chose the
 #   same tokens; on the trained model it made 500 characters
-#   {glue:text}`ch05_speedup_500:.0f` times faster in this run (a
-#   reviewer measured 12 to 14 times on a loaded machine), 50
+#   {glue:text}`ch05_speedup_500:.0f` times faster in this run (the
+#   figure moves with the machine's load), 50
 #   characters only {glue:text}`ch05_speedup_50:.1f` times, because every
 #   step pays a fixed cost for its calls; it costs $2LSD$ numbers per
 #   sequence.
@@ -2294,8 +2297,8 @@ for key, n in zip(("tiny", "small", "mid", "full"), DATA_CHARS):
 #   power law (exponent {glue:text}`ch05_scale_alpha:.2f` here, over a
 #   factor of {glue:text}`ch05_scale_n_ratio:.0f` in size); Kaplan et
 #   al.'s laws span a factor of millions, which a CPU cannot. Trained on
-#   26,000 characters, a small model learns them by heart and its
-#   validation loss rises; 425,000 characters are enough for its 800 steps.
+#   24,000 characters, a small model learns them by heart and its
+#   validation loss rises; 424,000 characters are enough for its 800 steps.
 #
 # **What is reproducible.** The check cells print the same numbers on every
 # machine. The experiment's figures repeat bit for bit with the same seed,
