@@ -1024,8 +1024,8 @@ print("  length 8, teacher-forced accuracy of output letter i:",
 # loss falls to {glue:text}`ch02_long_final_loss:.2f`. Its mean exact
 # match over lengths 4 to 16 rises from
 # {glue:text}`ch02_mean4plus_no_attention:.2f` to
-# {glue:text}`ch02_long_mean4plus:.2f`, and it improves by 0.1 or more up
-# to length {glue:text}`ch02_long_gain_upto`. At lengths 13 to 16 it
+# {glue:text}`ch02_long_mean4plus:.2f`; the longest length at which it
+# gains 0.1 or more is {glue:text}`ch02_long_gain_upto`. At lengths 13 to 16 it
 # reaches at most {glue:text}`ch02_long_max13to16:.2f`. So attention makes
 # reversal faster to learn: each output letter needs one source position,
 # not a summary of all of them. This experiment does not measure the
@@ -1466,13 +1466,15 @@ print(f"BLEU with minus without attention, paired bootstrap: 95% of resamples be
 assert np.percentile(diffs, 2.5) > 0, "the text says the interval of differences excludes 0"
 
 fig, ax = plt.subplots(figsize=(7, 3))
-for name, ck in committed.items():
+for k, (name, ck) in enumerate(committed.items()):
     log = ck.record()["log"]
-    ax.plot([r["step"] for r in log], [r["valid_loss"] for r in log], marker=".",
-            label=f"{name}, committed")
+    ax.plot([r["step"] for r in log], [r["valid_loss"] for r in log], marker=".", color=f"C{k}",
+            label=f"{name}, committed: validation")
+    ax.plot([r["step"] for r in log], [r["loss"] for r in log], ls="--", color=f"C{k}",
+            label=f"{name}, committed: training batches")
 ax.plot([r["step"] for r in short_log], [r["valid_loss"] for r in short_log], marker="o",
-        label="attention, short")
-ax.set_xlabel("training step"), ax.set_ylabel("validation cross-entropy per piece")
+        color="C2", label="attention, short: validation")
+ax.set_xlabel("training step"), ax.set_ylabel("cross-entropy per piece")
 ax.legend(fontsize=8)
 plt.show()
 
@@ -1509,7 +1511,7 @@ plt.show()
 # More training would not close the gap. Each run keeps the weights with
 # the lowest validation loss: step {glue:text}`ch02_fr_att_best_step` with
 # attention, step {glue:text}`ch02_fr_noatt_best_step` without (the
-# figure below). After its best step the validation loss of the model
+# figure above). After its best step the validation loss of the model
 # without attention rises while its training loss keeps falling: it
 # overfits 2,925 pairs, so more steps or more wall time would not help
 # it.
