@@ -807,7 +807,8 @@ print(first[0][0], exact[0])  # [2] [3, 5, 2]: with n_best = 1, <eos> alone
 # claims check (`python -m course claims 01`) runs it with seeds 0 to 4, on
 # one and on two threads, with this solution and with an independent one.
 # The tables below show this run's figures next to the mean and range over
-# those runs, and each conclusion the text draws is a **claim**, checked on
+# those runs and the held-out runs (each table's footnote says which), and
+# each conclusion the text draws is a **claim**, checked on
 # every run, with its verdict printed under it. A figure repeats bit for bit
 # only with the same seed, thread count, device and software; the tables
 # say which figures moved with what.
@@ -1704,7 +1705,8 @@ claim("tree_model_error", "The model rates the beam's output for the example str
 # String reversal isolates what a decoder does; now the same model
 # translates English into French. The pairs are
 # `attnkit.corpora.parallel("fr")`: {glue:text}`ch01_fr_n_train:,.0f`
-# training, {glue:text}`ch01_fr_n_valid` validation and
+# training pairs (those of at most 48 pieces, below),
+# {glue:text}`ch01_fr_n_valid` validation and
 # {glue:text}`ch01_fr_n_test` test pairs of messages from the user
 # interfaces of Sphinx and JupyterLab, translated by people
 # (`docs/DATA.md`). A test pair has no near-duplicate in training.
