@@ -2301,10 +2301,12 @@ for key, n in zip(("tiny", "small", "mid", "full"), DATA_CHARS):
 #   validation loss rises; 424,000 characters are enough for its 800 steps.
 #
 # **What is reproducible.** The check cells print the same numbers on every
-# machine. The experiment's figures repeat bit for bit with the same seed,
-# thread count, solution and machine (the spread tables say what moves
-# each of them), but not across devices; the claims are what held on every
-# run of the claims check. Times depend on the machine.
+# machine. The experiment's figures move with the seed, the thread count,
+# the solution and the device (the spread tables say what moves each of
+# them), and this page's run of seed 0 need not match the claims check's
+# run of seed 0 bit for bit: it runs in a kernel after other cells. The
+# claims are what held on every run of the claims check. Times depend on
+# the machine.
 #
 # ## Exercises
 #
