@@ -1800,6 +1800,15 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 # chapter is about BERT, and BERT's pieces are WordPiece's. The training
 # text becomes {glue:text}`ch06_real_train_pieces:,.0f` pieces.
 #
+# The trainer does not always learn the same vocabulary. It breaks ties
+# between pairs of equal count in an order that changes from process to
+# process (Rust's hash maps are seeded at random), and at the 4,000th piece
+# a tie decides which piece gets in. Ids index the embedding, so a model
+# only works with the vocabulary it was trained with. The chapter therefore
+# loads the vocabulary the longer run was trained with, committed beside
+# its weights and checked by its SHA-256. Learned again on this page,
+# {glue:text}`ch06_wp_relearned_diff` of its pieces differ from it.
+#
 # **The model** is BERT itself: your `BertEmbeddings` inside
 # `attnkit.pretrained.Bert`, the post-norm encoder whose logits equal
 # `transformers`' BERT (checked above). It has 4 layers, $d = 128$, 4 heads,
@@ -1823,10 +1832,13 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 # the page loads it.
 
 # %% tags=["skip-grading"]
+import hashlib
 import time
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from attnkit import checkpoints as registry
 from attnkit import corpora
 from attnkit.checkpoints import checkpoint
 from attnkit.pretrained import Bert
@@ -1836,22 +1848,36 @@ R_PAD, R_UNK, R_CLS, R_SEP, R_MASK = range(5)
 SEQ, HALF = 64, 30   # a row: [CLS] A [SEP] B [SEP] with 61 pieces; a pair side: at most 30
 
 
-def train_wordpiece(texts: list[str], vocab_size: int = 4000) -> Tokenizer:
-    """A WordPiece vocabulary learned on texts (HF tokenizers), BERT's uncased normalisation."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+def wordpiece(pieces: list[str]) -> Tokenizer:
+    """A WordPiece tokenizer of SPECIALS then pieces, numbered in that order, with BERT's uncased
+    normalisation."""
+    tok = Tokenizer(models.WordPiece({p: i for i, p in enumerate(SPECIALS + pieces)},
+                                     unk_token="[UNK]", max_input_chars_per_word=100))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)    # lower case, accents stripped
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()       # split on spaces and punctuation
     tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                        show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    pieces = sorted(set(tok.get_vocab()) - set(SPECIALS))   # the trainer's id order varies by run
-    tok.model = models.WordPiece({p: i for i, p in enumerate(SPECIALS + pieces)}, unk_token="[UNK]",
-                                 max_input_chars_per_word=100)
     return tok
 
 
-WP = train_wordpiece([d.text for d in corpora.prose("train")])
+def train_wordpiece(texts: list[str], vocab_size: int = 4000) -> Tokenizer:
+    """A WordPiece vocabulary learned on texts (HF tokenizers), its pieces sorted."""
+    tok = wordpiece([])
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return wordpiece(sorted(set(tok.get_vocab()) - set(SPECIALS)))   # the trainer's order varies
+
+
+def committed_wordpiece(path: Path, sha256: str) -> Tokenizer:
+    """The vocabulary the longer run was trained with, one piece a line, specials first."""
+    text = path.read_text(encoding="utf-8")
+    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+        raise ValueError(f"{path} is not the vocabulary the committed checkpoint was trained with")
+    return wordpiece(text.splitlines()[len(SPECIALS):])
+
+
+WP = committed_wordpiece(registry.DATA / "06_bert" / "prose_wordpiece.txt",
+                         "31b7647f71dbdd398fdda05d177a9317076837eccd3eae87afeb70ec038f8198")
 PIECES = [WP.id_to_token(i) for i in range(WP.get_vocab_size())]
 PROSE_IDS = {split: torch.tensor([i for e in WP.encode_batch([d.text for d in corpora.prose(split)])
                                   for i in e.ids]) for split in ("train", "valid")}
@@ -1976,6 +2002,9 @@ same_pieces = sum(wordpiece_tokenize(w, WP.get_vocab()) == [t.value for t in WP.
                   for w in valid_words)
 print(f"your wordpiece_tokenize cuts {same_pieces} of the {len(valid_words)} distinct "
       f"validation words as HF's WordPiece does")
+relearned = set(train_wordpiece([d.text for d in corpora.prose("train")]).get_vocab())
+print(f"learned again, {len(relearned - set(PIECES))} of the {len(PIECES)} pieces differ from the "
+      f"committed vocabulary")
 
 
 def ngram_fill(rows, sides: str) -> torch.Tensor:
@@ -2040,6 +2069,7 @@ glue("ch06_real_long_cpu", long_record["log"][-1]["cpu_s"])
 glue("ch06_real_long_wall", long_record["seconds"])
 glue("ch06_wp_same", same_pieces)
 glue("ch06_wp_words", len(valid_words))
+glue("ch06_wp_relearned_diff", len(relearned - set(PIECES)))
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for log, name in ((short_log, "short run"), (long_record["log"], "longer run")):
     ax.plot([r["cpu_s"] for r in log], [100 * r["val_acc"] for r in log], marker=".",

@@ -96,3 +96,17 @@ def test_every_fine_tuning_run_has_a_record_made_by_the_current_code(ch06):
     assert len(runs) == len(ch06["fine_tune_run"].configs) >= 9
     assert {r["code_hash"] for r in runs} == {code_hash("06_bert")}
     assert all(0 <= r["acc"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in runs)
+
+
+def test_the_committed_vocabulary_is_one_the_trainer_learns_and_is_checked(ch06, tmp_path):
+    """The trainer breaks ties at the last pieces differently between processes, so the page loads
+    the committed vocabulary: is it the trainer's but for those ties, and is an edited copy refused?"""
+    learned = set(ch06["train_wordpiece"]([d.text for d in corpora.prose("train")]).get_vocab())
+    assert len(learned ^ set(ch06["PIECES"])) <= 4
+    path = ch06["registry"].DATA / "06_bert" / "prose_wordpiece.txt"
+    digest = __import__("hashlib").sha256(path.read_bytes()).hexdigest()
+    assert ch06["committed_wordpiece"](path, digest).get_vocab_size() == 4000
+    edited = tmp_path / "vocab.txt"
+    edited.write_text(path.read_text().replace("##oard\n", "##bo\n"))
+    with pytest.raises(ValueError, match="not the vocabulary"):
+        ch06["committed_wordpiece"](edited, digest)
