@@ -2383,15 +2383,14 @@ for i, p in enumerate(shown):
 # {glue:text}`ch03_mt_long_best_step`
 # ({glue:text}`ch03_mt_long_best_valid:.2f` nats per piece) and ends at
 # {glue:text}`ch03_mt_long_last_valid:.2f`; its translations, from the
-# end of the run, still score the table's best BLEU. From step
+# end of the run, still score the table's best BLEU. The two measures need
+# not agree: cross-entropy punishes a confident wrong piece heavily, while
+# BLEU counts only the pieces chosen. From step
 # {glue:text}`ch03_mt_long_best_step` to the end, the logged training loss
 # (one batch, label-smoothed) falls from
 # {glue:text}`ch03_mt_long_best_loss:.2f` to
 # {glue:text}`ch03_mt_long_last_loss:.2f`, while the validation loss rises.
-# The run overfits its {glue:text}`ch03_mt_pairs:,.0f` training pairs.
-# The two measures need
-# not agree: cross-entropy punishes a confident wrong piece heavily, while
-# BLEU counts only the pieces chosen. With checkpoint averaging, the
+# The run overfits its {glue:text}`ch03_mt_pairs:,.0f` training pairs. With checkpoint averaging, the
 # committed weights (the mean of the last five kept) have a validation
 # loss of {glue:text}`ch03_mt_long_avg_valid:.3f`, against
 # {glue:text}`ch03_mt_long_last_valid:.3f` for the last weights (your
@@ -2454,7 +2453,7 @@ for i, p in enumerate(shown):
 # {glue:text}`ch03_mt_equal_valid:.2f` nats per piece, against the RNN's
 # {glue:text}`ch03_mt_rnn_last_valid:.2f` at the end of its run (the same
 # validation pairs and pieces; the figure above plots both against
-# seconds). The recipes differ too, not only the architecture. The
+# seconds). Beyond the architecture, the two recipes differ. The
 # Transformer trains with label smoothing, a higher dropout rate, one
 # matrix shared by both embeddings and the output layer, batches sized in
 # pieces and the warm-up schedule, and it ends on the mean of its last five
