@@ -225,8 +225,8 @@ StepFn = Callable[[Tensor], Tensor]  # prefixes (N, t) long -> log-probs of the 
 # and the errors compound. {cite:t}`ranzato2016sequence` named this
 # *exposure bias* and proposed to train on the model's own outputs with a
 # sequence-level reward such as BLEU (MIXER); {cite:t}`bengio2015scheduled`
-# feed the decoder its own predictions for a growing share of the training
-# steps (scheduled sampling). We measure this
+# feed the decoder its own prediction in place of the gold token, at each
+# position with a probability that grows over training (scheduled sampling). We measure this
 # below by injecting one wrong token into an otherwise gold prefix, and
 # then ask whether it costs anything in free-running decoding. (How much
 # exposure bias matters in practice is debated: a model can also recover
@@ -309,7 +309,10 @@ StepFn = Callable[[Tensor], Tensor]  # prefixes (N, t) long -> log-probs of the 
 # $\log p(y) / |y|$, where $|y|$ counts the returned tokens, `<eos>`
 # included and `<bos>` not. {cite:t}`wu2016gnmt` divide instead by
 # $\big((5 + |y|)/6\big)^\alpha$, which even at $\alpha = 1$ is much
-# softer than per-token for short outputs (exercise 2).
+# softer than per-token for short outputs (exercise 2). Toolkits expose
+# the family $\log p(y) / |y|^\alpha$: $\alpha = 0$ is raw sums and
+# $\alpha = 1$ is per token (fairseq's `lenpen`, Hugging Face's
+# `length_penalty`; d2l uses $\alpha = 0.75$).
 #
 # ### What a translation is scored with: BLEU
 #
@@ -1347,6 +1350,7 @@ glue("ch01_drop_ratio_hi", max(ratios, default=math.nan))
 glue("ch01_ctrl_em_gain_lo", min((f["ch01_ctrl_em_gain"] for f in recorded), default=math.nan))
 glue("ch01_ctrl_em_gain_hi", max((f["ch01_ctrl_em_gain"] for f in recorded), default=math.nan))
 glue("ch01_recorded_runs", len(recorded))
+glue("ch01_ctrl_em_lower", sum(f["ch01_ctrl_em_gain"] < 0 for f in recorded))
 spread({"ch01_clean_acc": "clean accuracy, t = 2..4 (%)",
         "ch01_after_error": "right after the wrong letter (%)",
         "ch01_gap_later": "three positions later, points below clean",
@@ -1388,6 +1392,9 @@ claim("wrong_letter_drop", "One wrong letter in the prefix drops the next predic
       "more than 50 points.", lambda g: g["ch01_after_error"] < g["ch01_clean_acc"] - 50)
 claim("control_keeps_accuracy", "The control keeps at least 30 points more accuracy right after "
       "the wrong letter.", lambda g: g["ch01_ctrl_after_error"] >= g["ch01_after_error"] + 30)
+claim("control_decodes_worse", "In most runs (at least 3 in 5) the control's greedy exact match "
+      "is below the teacher-forced model's.",
+      lambda g: g["ch01_ctrl_em"] < g["ch01_greedy_em"], at_least=0.6)
 claim("control_drops_less", "The control's drop (from its own clean accuracy) is at most 0.6 of "
       "the teacher-forced model's.",
       lambda g: (g["ch01_ctrl_clean_acc"] - g["ch01_ctrl_after_error"]
@@ -1397,16 +1404,16 @@ claim("control_drops_less", "The control's drop (from its own clean accuracy) is
 # **Does it cost anything in decoding?** The probe shows that the
 # teacher-forced model is fragile after a wrong letter. It does not show
 # that this fragility costs exact match when the model decodes on its own,
-# and here it does not: the control, trained to shrug off wrong letters,
-# decodes no better. Its greedy exact match is
+# and here it does not: in most runs the control, trained to shrug off
+# wrong letters, decodes worse. Its greedy exact match is
 # {glue:text}`ch01_ctrl_em:.1f`%, against {glue:text}`ch01_greedy_em:.1f`%
-# for the teacher-forced model in this run. Across the claims check's runs
-# the control's exact match minus the model's ranges from
-# {glue:text}`ch01_ctrl_em_gain_lo:+.1f` to
+# for the teacher-forced model in this run. The control is lower in
+# {glue:text}`ch01_ctrl_em_lower` of the claims check's
+# {glue:text}`ch01_recorded_runs` runs; its exact match minus the model's
+# ranges from {glue:text}`ch01_ctrl_em_gain_lo:+.1f` to
 # {glue:text}`ch01_ctrl_em_gain_hi:+.1f` points (the last row of the table
-# above). On this task, at this budget, the remedy never buys more than
-# {glue:text}`ch01_ctrl_em_gain_hi:.1f` points of exact match, and it
-# often costs far more.
+# above). On this task, at this budget, the remedy for exposure bias costs
+# more exact match than it buys.
 # (Whether exposure bias matters in practice is debated in the literature
 # too {cite}`he2021exposure`.)
 
@@ -1494,6 +1501,11 @@ glue("ch01_k2_nb1_hi", max(k2_vs_greedy, default=math.nan))
 glue("ch01_k2_nb1_mean", sum(k2_vs_greedy) / max(1, len(k2_vs_greedy)))
 glue("ch01_k2_nb1_lower", sum(d < 0 for d in k2_vs_greedy))
 glue("ch01_k2_nb1_runs", len(k2_vs_greedy))
+k16_vs_greedy = [r["figures"]["ch01_em_k16_norm"] - r["figures"]["ch01_em_k1"]
+                 for r in record_runs(load_record("01_seq2seq"))]
+glue("ch01_k16_lo", min(k16_vs_greedy, default=math.nan))
+glue("ch01_k16_hi", max(k16_vs_greedy, default=math.nan))
+glue("ch01_k16_not_lower", sum(d >= 0 for d in k16_vs_greedy))
 for k in (4, 8):
     glue(f"ch01_em_k{k}_nb1", results[k, "1", True]["em"])
 
@@ -1511,15 +1523,19 @@ for k in (4, 8):
 #   {glue:text}`ch01_changed_k16` of 100 outputs that differ from greedy's
 #   at $k = 16$ ({glue:text}`ch01_changed_k2` already at $k = 2$); on the
 #   others greedy's output is the beam's.
-# * **Exact match hardly moves.** It is {glue:text}`ch01_em_k1:.1f`% with
+# * **Exact match moves by a few points, mostly up.** It is {glue:text}`ch01_em_k1:.1f`% with
 #   greedy decoding, {glue:text}`ch01_em_k16_norm:.1f`% with $k = 16$
 #   (normalised) and {glue:text}`ch01_em_k16_raw:.1f`% ($k = 16$, raw
 #   sums). Of the outputs that beam search changed at $k = 16$,
 #   {glue:text}`ch01_fixed_k16` became right, and
 #   {glue:text}`ch01_broken_k16` that greedy decoding had right became
-#   wrong; the table above has these counts over all runs. Beam search
-#   fixes some outputs and breaks others: where the model is wrong, a more
-#   probable output is not reliably the right one. In
+#   wrong; the table above has these counts over all runs. Over the claims
+#   check's {glue:text}`ch01_k2_nb1_runs` runs, $k = 16$ minus greedy ranges
+#   from {glue:text}`ch01_k16_lo:+.0f` to {glue:text}`ch01_k16_hi:+.0f`
+#   points, and it is not lower in {glue:text}`ch01_k16_not_lower` of them.
+#   Beam search fixes some outputs and breaks others, and in most runs it
+#   fixes more: where the model is wrong, a more probable output is not
+#   reliably the right one. In
 #   translation, too, the gains of beam search over greedy decoding are
 #   small, typically a BLEU point or two, and quality falls again for very
 #   wide beams {cite}`koehn2017six`.
@@ -1563,8 +1579,10 @@ claim("beam_more_probable", "Beam search (k = 16) finds outputs at least as prob
       "greedy decoding.", lambda g: g["ch01_ll_k16"] >= g["ch01_ll_k1"] - 1e-9)
 claim("beam_changes_few", "Beam search with k = 16 changes at most 15 of the 100 outputs.",
       lambda g: g["ch01_changed_k16"] <= 15)
-claim("em_hardly_moves", "Exact match moves by at most 5 points between greedy and k = 16.",
-      lambda g: abs(g["ch01_em_k16_norm"] - g["ch01_em_k1"]) <= 5)
+claim("em_hardly_moves", "Exact match moves by at most 10 points between greedy and k = 16.",
+      lambda g: abs(g["ch01_em_k16_norm"] - g["ch01_em_k1"]) <= 10)
+claim("beam_em_mostly_up", "In most runs (at least 3 in 5) exact match at k = 16 is at least "
+      "greedy's.", lambda g: g["ch01_em_k16_norm"] >= g["ch01_em_k1"], at_least=0.6)
 claim("beam_breaks_some", "In some runs (at least one in five) beam search turns an output greedy "
       "had right into a wrong one.", lambda g: g["ch01_broken_k16"] >= 1, at_least=0.2)
 claim("no_short_bias_on_average", "With raw sums the mean output length is within 0.3 characters "
@@ -1573,8 +1591,8 @@ claim("some_cut_short", "In most runs greedy decoding returns at least one refer
       lambda g: g["ch01_err_model_cut"] >= 1, at_least=0.6)
 claim("nbest1_falls_with_k", "With n_best = 1, exact match at k = 16 is below that at k = 1 and 2.",
       lambda g: g["ch01_em_k16_nb1"] < min(g["ch01_em_k1"], g["ch01_em_k2_nb1"]))
-claim("nbest1_k2_near_greedy", "With n_best = 1, exact match at k = 2 is within 10 points of "
-      "greedy's, either way.", lambda g: abs(g["ch01_em_k2_nb1"] - g["ch01_em_k1"]) <= 10)
+claim("nbest1_k2_near_greedy", "With n_best = 1, exact match at k = 2 is within 15 points of "
+      "greedy's, either way.", lambda g: abs(g["ch01_em_k2_nb1"] - g["ch01_em_k1"]) <= 15)
 claim("nbest1_k16_empty", "With n_best = 1 and k = 16 the search returns the empty string.",
       lambda g: g["ch01_em_k16_nb1"] == 0 and g["ch01_len_k16_nb1"] == 0)
 
@@ -1675,8 +1693,8 @@ draw_beam_tree(tree_src)
 # this search ($k = 3$) return the reference cut short (printed above the
 # figure). Its best finished
 # hypothesis ends after {glue:text}`ch01_tree_len` letters, with
-# $\log p = $ {glue:text}`ch01_tree_logp:.2f`: only
-# {glue:text}`ch01_tree_p:.0f`% of the probability, not most of it. The
+# $\log p = $ {glue:text}`ch01_tree_logp:.2f`, a probability of
+# {glue:text}`ch01_tree_p:.0f`%. The
 # full reference has $\log p = $ {glue:text}`ch01_tree_ref_logp:.2f`: after
 # the last letter of the cut output the model gives `<eos>` probability
 # {glue:text}`ch01_tree_eos_p:.0f`%. So on this string the model stops
@@ -2220,16 +2238,15 @@ print(f"{len(SW_SRC)} test sentences; the references' mean log p: "
 #   in its prefix lowers the accuracy of what follows (the sensitivity
 #   probe above); a control trained on corrupted prefixes suffers much
 #   less. That is the fragility exposure bias names
-#   {cite}`ranzato2016sequence`. Removing it did not improve free-running
-#   exact match here: the control was never more than
-#   {glue:text}`ch01_ctrl_em_gain_hi:.1f` points ahead.
+#   {cite}`ranzato2016sequence`. The control did not decode better: its
+#   free-running exact match was below the model's in most runs.
 # * Greedy decoding is not the most probable sequence (a two-step
 #   counterexample suffices). Beam search keeps the $k$ best prefixes by
 #   cumulative log-probability; finished hypotheses leave the beam. It is
 #   exact only if it neither prunes nor stops early.
 # * Wider beams found more probable outputs for a few strings in our
-#   experiment, and changed exact match by a few points either way, fixing
-#   some outputs and breaking others. Raw sums return short outputs where
+#   experiment, and changed exact match by a few points, mostly up: in
+#   most runs they fixed more outputs than they broke. Raw sums return short outputs where
 #   the model rates them more probable; length normalisation changes the
 #   objective to correct such a model (the toy model). Our reversal model
 #   showed no short bias on average, but it ends some long strings early,
