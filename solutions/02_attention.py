@@ -1038,9 +1038,9 @@ from attnkit.claims import claim
 claim("attention_learns_faster", "After 400 steps, attention's mean exact match over lengths 4 to "
       "16 is at least 0.5 above the model's without attention.",
       lambda g: g["ch02_mean4plus_attention"] >= g["ch02_mean4plus_no_attention"] + 0.5)
-claim("attention_at_least_08", "Attention's mean exact match over lengths 4 to 16 is at least 0.8, "
-      "and at least 0.3 at every length (its worst length moves a lot from run to run).",
-      lambda g: g["ch02_mean4plus_attention"] >= 0.8 and g["ch02_attention_min"] >= 0.3)
+claim("attention_mean_at_least_075", "Attention's mean exact match over lengths 4 to 16 is at "
+      "least 0.75. (No floor is claimed for its worst single length: that moves too much from run "
+      "to run.)", lambda g: g["ch02_mean4plus_attention"] >= 0.75)
 
 # %% [markdown]
 # Where does the model without attention (after 400 steps) fail? To see
