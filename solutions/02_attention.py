@@ -146,7 +146,7 @@
 #   means large scores, a softmax saturated to nearly one-hot, and vanishing
 #   gradients. Dividing by $\sqrt{D}$ brings the variance back to 1.
 #   $D$ is the vectors' **width** (their number of components), not their
-#   norm $\lVert h \rVert$, as one of the lectures' slides writes.
+#   norm $\lVert h \rVert$ (a reading sometimes met in teaching slides).
 # * **General**: a learnt bilinear form; dot is the special case $W = I$,
 #   and $D_s \ne D_h$ is allowed.
 # * **Cosine**: ignores the vectors' lengths, so the scores live in
@@ -193,8 +193,8 @@
 #   position $j \sim \alpha_{i}$ and uses $c_i = h_j$. All $S$ scores are
 #   still computed, so it saves only the weighted sum, not the scoring; the
 #   sample is not differentiable, so it is trained with REINFORCE-style
-#   estimators. (The lectures list "less computation" as hard attention's
-#   advantage. That holds where the values are expensive and the scoring
+#   estimators. (Hard attention is often said to need "less computation".
+#   That holds where the values are expensive and the scoring
 #   cheap, or where a learnt policy chooses where to look without scoring
 #   every position, as in the recurrent visual attention of Mnih et al.
 #   {cite}`mnih2014recurrent`, which reads only a small glimpse of a large
@@ -959,21 +959,32 @@ spread({"ch02_mean_no_attention": "no attention: mean exact match, lengths 1-16"
         "ch02_pos8_last": "no attention, length 8: the last letter",
         "ch02_pos8_first": "no attention, length 8: the first letter"})
 
-from attnkit.claims import load_record, record_runs
+from attnkit.claims import confirmation_runs, load_record, record_runs, seen_runs
 
-record = [r["figures"] | {"seed": r["seed"]} for r in record_runs(load_record("02_attention"))]
+# The same runs as the table above: the worded runs, the earlier rounds and the held-out round.
+kept = load_record("02_attention")
+record = [r["figures"] | {"seed": r["seed"]}
+          for r in record_runs(kept) + seen_runs(kept) + confirmation_runs(kept)]
+glue("ch02_record_runs", len(record))
 same_setup = [r["figures"] for r in record_runs(load_record("02_attention"))
               if (r["implementation"], r["seed"], r["threads"]) == ("reference", 0, 1)
               and "ch02_attention_min" in r["figures"]]                # the page's setup
 glue("ch02_record_worst_seed0", same_setup[0]["ch02_attention_min"] if same_setup else math.nan)
 glue("ch02_worst_lo", min((g["ch02_attention_min"] for g in record), default=math.nan))
 glue("ch02_worst_hi", max((g["ch02_attention_min"] for g in record), default=math.nan))
+glue("ch02_mean4plus_lo", min((g["ch02_mean4plus_attention"] for g in record), default=math.nan))
+glue("ch02_mean4plus_hi", max((g["ch02_mean4plus_attention"] for g in record), default=math.nan))
 
 # Is the model without attention done learning? Train it on for 800 more steps: the same
 # optimiser and batch stream continue, so this is the 1200-step run of the same recipe.
+started = time.perf_counter()
 more = train(models["no attention"], out["loss_fns"]["no attention"],
              TrainConfig(steps=800, lr=3e-3, clip=1.0, desc="no attention, steps 401 to 1200"),
              optimizer=out["optimizers"]["no attention"])
+seconds_1200 = out["ch02_seconds_no_attention"] + time.perf_counter() - started
+glue("ch02_long_seconds", seconds_1200)                 # all 1200 steps' training time
+glue("ch02_long_time_ratio", seconds_1200 / out["ch02_seconds_attention"])
+glue("ch02_long_more_time", "more" if seconds_1200 >= out["ch02_seconds_attention"] else "less")
 longer = accuracy_by_length(models["no attention"])
 for n in (6, 8):
     glue(f"ch02_long_len{n}", longer[n])
@@ -1011,9 +1022,12 @@ print("  length 8, teacher-forced accuracy of output letter i:",
 # {glue:text}`ch02_mean4plus_attention:.2f` against
 # {glue:text}`ch02_mean4plus_no_attention:.2f`. It leads by at least 0.5
 # in every run of the claims check (the claims below). Which length is its
-# worst moves from run to run, and its score there moved between
-# {glue:text}`ch02_worst_lo:.2f` and {glue:text}`ch02_worst_hi:.2f` in the
-# claims check's runs (the table above).
+# worst moves from run to run, and so does its score there: in the
+# {glue:text}`ch02_record_runs` recorded runs of the claims check (all the
+# runs the table above reads: the worded seeds and the held-out rounds) it
+# was between {glue:text}`ch02_worst_lo:.2f` and
+# {glue:text}`ch02_worst_hi:.2f`. That range describes those runs; it is
+# not a bound on other seeds.
 #
 # The comparison is at a fixed budget of 400 steps, not at convergence.
 # The model without attention is still learning at step 400: its loss over
@@ -1026,7 +1040,12 @@ print("  length 8, teacher-forced accuracy of output letter i:",
 # {glue:text}`ch02_mean4plus_no_attention:.2f` to
 # {glue:text}`ch02_long_mean4plus:.2f`; the longest length at which it
 # gains 0.1 or more is {glue:text}`ch02_long_gain_upto`. At lengths 13 to 16 it
-# reaches at most {glue:text}`ch02_long_max13to16:.2f`. So attention makes
+# reaches at most {glue:text}`ch02_long_max13to16:.2f`. Its 1200 steps took
+# {glue:text}`ch02_long_seconds:.0f` s of training in all,
+# {glue:text}`ch02_long_time_ratio:.1f` times the attention model's 400
+# steps: in this run it had {glue:text}`ch02_long_more_time` training
+# time than the attention model, not only more steps, and it still trails
+# far behind. So attention makes
 # reversal faster to learn: each output letter needs one source position,
 # not a summary of all of them. This experiment does not measure the
 # capacity of a fixed-size vector. That would need both models trained to
@@ -1038,9 +1057,9 @@ from attnkit.claims import claim
 claim("attention_learns_faster", "After 400 steps, attention's mean exact match over lengths 4 to "
       "16 is at least 0.5 above the model's without attention.",
       lambda g: g["ch02_mean4plus_attention"] >= g["ch02_mean4plus_no_attention"] + 0.5)
-claim("attention_at_least_08", "Attention's mean exact match over lengths 4 to 16 is at least 0.8, "
-      "and at least 0.3 at every length (its worst length moves a lot from run to run).",
-      lambda g: g["ch02_mean4plus_attention"] >= 0.8 and g["ch02_attention_min"] >= 0.3)
+claim("attention_mean_at_least_075", "Attention's mean exact match over lengths 4 to 16 is at "
+      "least 0.75. (No floor is claimed for its worst single length: that moves too much from run "
+      "to run.)", lambda g: g["ch02_mean4plus_attention"] >= 0.75)
 
 # %% [markdown]
 # Where does the model without attention (after 400 steps) fail? To see
@@ -1051,9 +1070,10 @@ claim("attention_at_least_08", "Attention's mean exact match over lengths 4 to 1
 # letters 1 to 4 average {glue:text}`ch02_pos8_early:.2f`, output letters
 # 5 to 7 {glue:text}`ch02_pos8_late:.2f`, and the last output letter
 # {glue:text}`ch02_pos8_last:.2f`. In every run of the claims check,
-# output letters 5 to 7 are the hardest of the three groups: accuracy
-# declines along the output and recovers at the last letter, which the
-# backward half of the final state read most recently. After 1200 steps
+# output letters 5 to 7 are the hardest of the three groups: worse than
+# letters 1 to 4 and worse than the last letter, which the backward half
+# of the final state read most recently. (Letter by letter the accuracy is
+# not monotone; the claims compare the groups.) After 1200 steps
 # (the one continued run, not checked over seeds) the same three figures
 # are {glue:text}`ch02_long_pos8_early:.2f`,
 # {glue:text}`ch02_long_pos8_late:.2f` and
@@ -1076,15 +1096,17 @@ claim("declines_along_output", "Output letters 1 to 4 are easier than output let
 # the same seed on one thread (they have differed).
 # Change the seed, the threads or the device and most figures move:
 # other thread counts and other devices sum in other orders, small float
-# differences change where training goes, and the accuracies move: the
-# means by a few points, single lengths and the alignment figures more
-# (over seeds, threads and the two solutions, attention's worst length
-# moves between {glue:text}`ch02_worst_lo:.2f` and
-# {glue:text}`ch02_worst_hi:.2f`). The numbers above are the ones this page's own run measured; the
-# table under the figure gives their mean and range over the runs of the
-# claims check (seeds 0 to 4, one and two threads, this solution and an
-# independent one), and which of them moved with the seed, the thread
-# count or the solution.
+# differences change where training goes, and the accuracies move. Over
+# the {glue:text}`ch02_record_runs` recorded runs (seeds, threads and the
+# two solutions), attention's mean over lengths 4 to 16 moves between
+# {glue:text}`ch02_mean4plus_lo:.2f` and {glue:text}`ch02_mean4plus_hi:.2f`,
+# and its worst length between {glue:text}`ch02_worst_lo:.2f` and
+# {glue:text}`ch02_worst_hi:.2f`; the alignment figures move too. The
+# numbers above are the ones this page's own run measured; the table under
+# the figure gives their mean and range over the same recorded runs (seeds
+# 0 to 4 at one and two threads in this solution and an independent one,
+# then one run for each later seed of the held-out rounds), and which of
+# them moved with the seed, the thread count or the solution.
 #
 # ### What the attention model looks at
 #
@@ -1508,13 +1530,14 @@ plt.show()
 # runs, seed 0: the intervals measure how the score moves with the sample
 # of test sentences, not how it moves from one training run to another.
 #
-# More training would not close the gap. Each run keeps the weights with
+# More training under this recipe (constant learning rate, one dropout
+# setting) would not close the gap. Each run keeps the weights with
 # the lowest validation loss: step {glue:text}`ch02_fr_att_best_step` with
 # attention, step {glue:text}`ch02_fr_noatt_best_step` without (the
 # figure above). After its best step the validation loss of the model
 # without attention rises while its training loss keeps falling: it
-# overfits 2,925 pairs, so more steps or more wall time would not help
-# it.
+# overfits 2,925 pairs, so more steps or more wall time of this recipe
+# would not help it (BLEU is measured only at the kept weights).
 
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1544,7 +1567,9 @@ for i, p in enumerate(shown):
 # pieces whose source pieces come in the opposite order: these are
 # **crossings**, the reorderings a monotone alignment cannot make.
 # {glue:text}`ch02_fr_crossing_share:.0%` of the test translations have at
-# least one. The most crossings go to broken translations that repeat
+# least one. That share is counted on the argmaxes of often diffuse
+# weights, broken translations included, so it is no measure of
+# reordering. The most crossings go to broken translations that repeat
 # words, so the rule keeps the translations short enough to read (at most
 # 12 source pieces and 14 output pieces) with no output piece repeated
 # ({glue:text}`ch02_fr_readable`), and of those the ones close to the
@@ -1609,9 +1634,10 @@ assert FR_TEST[pick].src == "Keyboard shortcut settings.", "the text below reads
 # words alike.
 
 # %% tags=["skip-grading", "hide-input"]
-# Wiegreffe and Pinter's uniform baseline on the reversal model of this page: every real source
-# position gets the same weight. `Seq2Seq.step` calls `additive_attention` by name, so the cell
-# swaps it for a uniform one while it measures, then restores yours.
+# A test-time ablation of the trained reversal model: every real source position gets the same
+# weight while it measures (not Wiegreffe and Pinter's baseline, which trains a model with uniform
+# weights; the prose below). `Seq2Seq.step` calls `additive_attention` by name, so the cell swaps it
+# for a uniform one while it measures, then restores yours.
 def uniform_attention(s, h, W, v, mask):
     """Uniform weights over the real positions: context (B, 2hid), weights (B, S)."""
     weights = mask.float() / mask.sum(-1, keepdim=True)                     # (B, S)
@@ -1634,14 +1660,22 @@ print("uniform weights, exact match by length:", {n: round(a, 2) for n, a in uni
 # {cite}`jain2019attention` found, in RNN classifiers with attention, that
 # the weights often disagree with gradient and leave-one-out measures of
 # which inputs matter, and that very different weights can give the same
-# prediction. Wiegreffe and Pinter {cite}`wiegreffe2019attention` answered
+# prediction; their tests swap other weights into a trained model at test
+# time. Wiegreffe and Pinter {cite}`wiegreffe2019attention` answered
 # that those other weights were set example by example, not learnt by a
-# model, and proposed tests of whether the weights matter at all, such as
-# replacing them by uniform weights. On reversal the weights matter: with
-# uniform weights this page's attention model reaches an exact match of
+# model, and proposed tests of whether the weights matter at all. Their
+# uniform baseline trains a model with its weights frozen to uniform and
+# compares its accuracy with the learnt-attention model's. The cell above
+# runs a different, cheaper test, in the manner of Jain and Wallace's: it
+# swaps uniform weights into the trained model at test time only. Then
+# this page's attention model reaches an exact match of
 # {glue:text}`ch02_uniform_mean4plus:.2f` over lengths 4 to 16 (at most
 # {glue:text}`ch02_uniform_max4plus:.2f` at any of them; the printed line
-# above). The hard-argmax ablation asks another
+# above). The trained model depends on its weights, but the swap also
+# hands the decoder contexts it never saw in training (the confound of the
+# hard-argmax ablation too), so this figure does not measure what a model
+# trained with uniform weights would reach; we do not run Wiegreffe and
+# Pinter's baseline here. The hard-argmax ablation asks another
 # question, whether the peak alone suffices. The largest weight sits on
 # the right source letter for {glue:text}`ch02_diag_argmax_len16:.2f` of
 # the output letters at length 16, yet decoding from that letter's
