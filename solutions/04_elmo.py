@@ -1519,16 +1519,26 @@ plt.show()
 # ({glue:text}`ch04_real_long_steps:.0f` steps,
 # {glue:text}`ch04_real_long_cpu:.0f` CPU-seconds) reaches
 # {glue:text}`ch04_real_long:.2f` (perplexity
-# {glue:text}`ch04_real_ppl_long:.0f`), just below the unigram model and far
-# above the bigram. In this run the biLM failed to learn English beyond word
-# frequencies. The token vectors show why: before training their mean
-# pairwise cosine is {glue:text}`ch04_real_cos_init:.3f` (mean norm
-# {glue:text}`ch04_real_norm_init:.1f`), and after the longer run it is
-# {glue:text}`ch04_real_cos_long:.5f` (mean norm
-# {glue:text}`ch04_real_norm_long:.0f`): every word type's vector has
-# grown along one common direction, so the LSTMs receive nearly the same
-# input for every word. A fix needs a change to the model or to its
-# training; exercise 6 asks for one.
+# {glue:text}`ch04_real_ppl_long:.0f`): it beats the Kneser-Ney bigram,
+# and not the trigram.
+#
+# The starting softmax bias decides whether the biLM learns. The same
+# short run with the softmax bias at 0 (every word equally likely at the
+# start) reaches {glue:text}`ch04_real_flat:.2f` (perplexity
+# {glue:text}`ch04_real_ppl_flat:.0f`). Its token vectors have grown
+# along one shared direction: their mean pairwise cosine is
+# {glue:text}`ch04_real_cos_flat:.4f` and their mean norm
+# {glue:text}`ch04_real_norm_flat:.0f`, against
+# {glue:text}`ch04_real_cos_short:.2f` and
+# {glue:text}`ch04_real_norm_short:.0f` after the short run with the bias
+# at the log frequencies ({glue:text}`ch04_real_cos_init:.2f` and
+# {glue:text}`ch04_real_norm_init:.1f` before training). So the LSTMs of
+# the run with the bias at 0 receive nearly the same input for every word.
+# The lesson is a practitioner's rule: start the output bias at the log
+# frequencies of the targets, so that the model need not learn them first.
+# The shared part is smaller but present after the longer run (mean cosine
+# {glue:text}`ch04_real_cos_long:.2f`, mean norm
+# {glue:text}`ch04_real_norm_long:.0f`).
 #
 # ### Contextual neighbours in real sentences
 #
@@ -1628,7 +1638,7 @@ for word in ("set", "return", "list"):
 # twice, once more with the neighbours restricted to occurrences after
 # another word than the query's (a noun after *the* must then find a noun
 # after *a* or *its*). We measure it with the trained model, with the same
-# model before training (PyTorch's initial weights), and with the static
+# model before training (the weights `build_real` gives), and with the static
 # vectors. A static vector gives every occurrence of a word the same
 # vector, so its neighbours are a random draw among ties, and we give the
 # expected share of that draw.
@@ -1697,11 +1707,13 @@ glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 # {glue:text}`ch04_real_nn_untrained2:.0f`%: an untrained LSTM's state
 # already carries the word before, which is all the rule reads. When the
 # neighbours must follow another word than the query's, layer 2 scores
-# {glue:text}`ch04_real_nn_other_layer2:.0f`% (layer 1
-# {glue:text}`ch04_real_nn_other_layer1:.0f`%), against
-# {glue:text}`ch04_real_nn_other_static:.0f`% for the random draw. So this
-# run's biLM groups occurrences by the words around them, not by their
-# reading: the measured result is the collapse above, not Table 4's.
+# {glue:text}`ch04_real_nn_other_layer2:.0f`%, against
+# {glue:text}`ch04_real_nn_other_layer1:.0f`% for layer 1,
+# {glue:text}`ch04_real_nn_other_static:.0f`% for the random draw and
+# {glue:text}`ch04_real_nn_other_untrained2:.0f`% for layer 2 before
+# training. So in this run the top layer groups the occurrences of these
+# words by their reading, as in the paper's Table 4, and the first layer
+# groups them mostly by the word before.
 #
 # A probe of the scalar mix on real text needs labels, and neither the
 # committed data nor a pinned package holds labelled English (no tagged or
@@ -1774,11 +1786,12 @@ glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 #   the top layer reads the sense at least as well as layer 1, in most runs
 #   close to the Bayes-optimal ceiling; the size of that gap, and the learned weights,
 #   move with the seed, the thread count and the probe's budget.
-# * On real English (the prose corpus, word-level), this page's biLM
-#   reaches a validation perplexity just below a unigram model's and far
-#   above a Kneser-Ney bigram's, because its token vectors collapse onto
-#   one direction during training; its contextual neighbours group
-#   occurrences by the surrounding words, not by the noun or verb reading.
+# * On real English (the prose corpus, word-level), this page's longer run
+#   beats a Kneser-Ney bigram model, not a trigram. It learns only with the
+#   softmax bias started at the log word frequencies: from a bias at 0 the
+#   token vectors grow along one shared direction. Its top layer groups
+#   the occurrences of *set* and *return* by their noun or verb reading, its
+#   first layer mostly by the word before.
 #
 # ## Exercises
 #
@@ -1804,10 +1817,13 @@ glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 #    each layer as a whole, with one mean and one variance over all its
 #    non-padding values, not each token's vector on its own as a
 #    `LayerNorm` would; try both.)
-# 6. **The biLM on real text.** The longer run's token vectors collapse
-#    onto one direction. Follow their mean cosine during training to see
-#    when, then fix it: normalise the token vectors before the LSTMs, say,
-#    or give the character CNN a smaller learning rate. Does the biLM then
+# 6. **The softmax bias on real text.** Run the short real-text run with
+#    the softmax bias at 0 and follow the token vectors' mean pairwise cosine
+#    and mean norm every 25 steps. When do they grow? Then keep the bias at
+#    0 and give the token representation (`char_cnn`, the highway layers,
+#    `proj`) a learning rate ten times smaller: does the growth stop, and
+#    does the loss follow? Finally, with the bias at the log frequencies,
+#    add the residual connection of exercise 2: does the longer run then
 #    beat the Kneser-Ney trigram?
 
 # %% [markdown]
