@@ -1527,7 +1527,7 @@ plt.show()
 # start) reaches {glue:text}`ch04_real_flat:.2f` (perplexity
 # {glue:text}`ch04_real_ppl_flat:.0f`). Its token vectors have grown
 # along one shared direction: their mean pairwise cosine is
-# {glue:text}`ch04_real_cos_flat:.4f` and their mean norm
+# {glue:text}`ch04_real_cos_flat:.5f` and their mean norm
 # {glue:text}`ch04_real_norm_flat:.0f`, against
 # {glue:text}`ch04_real_cos_short:.2f` and
 # {glue:text}`ch04_real_norm_short:.0f` after the short run with the bias
