@@ -900,7 +900,8 @@ print(dec_layer.self_attn.attn[0, 0])   # the causal mask at work: position t at
 # $\sqrt{d_\text{model}}$ brings them to the same scale.
 #
 # **The choice we make, and grade.** We keep the three matrices separate for
-# clarity (the translator of the last section and exercise 1 tie them),
+# clarity (the translator of the last section ties all three; exercise 1
+# ties two of them),
 # but keep the scale: `Transformer` draws
 # both embedding tables from $\mathcal N(0, d_\text{model}^{-1})$, so that
 # `embed * sqrt(d_model)` has entries of size about 1, like the positional
@@ -2110,8 +2111,9 @@ def build_mt() -> Transformer:
 @torch.no_grad()
 def translate_mt(model: Transformer, sentences: list[str], beam: int = 0,
                  batch: int = 50) -> list[str]:
-    """Greedy (beam=0) or beam_search_until_done (alpha 0.6) translations; sentences of similar
-    length are decoded together. The length limit is 1.5 times the source's pieces plus 10: each
+    """Greedy (beam=0) or beam_search_until_done (alpha 0.6) translations. Greedy decoding
+    decodes up to `batch` sentences of similar length together; beam search decodes one sentence
+    at a time. The length limit is 1.5 times the source's pieces plus 10: each
     sentence's own with beams, the longest source of its batch with greedy decoding."""
     model.eval()
     ids = [TOK.encode(x) for x in sentences]
@@ -2383,7 +2385,8 @@ for i, p in enumerate(shown):
 # {glue:text}`ch03_mt_long_best_step`
 # ({glue:text}`ch03_mt_long_best_valid:.2f` nats per piece) and ends at
 # {glue:text}`ch03_mt_long_last_valid:.2f`; its translations, from the
-# end of the run, still score the table's best BLEU. The two measures need
+# mean of the weights kept at the end of the run, still score the table's
+# best BLEU. The two measures need
 # not agree: cross-entropy punishes a confident wrong piece heavily, while
 # BLEU counts only the pieces chosen. From step
 # {glue:text}`ch03_mt_long_best_step` to the end, the logged training loss
