@@ -1815,7 +1815,9 @@ spread({"ch06_gap_last": "80/10/10 minus 100% [MASK], last layer",
 # `transformers`' BERT (checked above). It has 4 layers, $d = 128$, 4 heads,
 # $d_{ff} = 512$, no dropout, and the MLM decoder tied to the token
 # embedding: {glue:text}`ch06_real_params:,.0f` parameters, initialised from
-# $\mathcal{N}(0, 0.02^2)$ as in BERT. Each training row is 61 consecutive
+# $\mathcal{N}(0, 0.02^2)$ as in BERT. It is not the experiments'
+# `TinyBert` (pre-norm, its MLM decoder untied), so the two sections
+# measure different models. Each training row is 61 consecutive
 # pieces, cut at a random point into segments A and B and packed by your
 # `bert_input`. Your `mlm_mask` masks it afresh at every step, and your
 # `mlm_loss` scores it. There is no NSP: the experiment above found that it
