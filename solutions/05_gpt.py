@@ -1308,8 +1308,7 @@ plt.show()
 # least a third of the accuracy: the induction heads find little to match
 # without it. In the one recorded run where this test fails (seed 7, two
 # threads), a second layer-1 head also attends to the previous position and
-# does the same work. Two other runs have two such heads and still lose more
-# than half. Zeroing another
+# does the same work. Zeroing another
 # layer-1 head, head {glue:text}`ch05_other_head:.0f`, leaves
 # {glue:text}`ch05_abl_other:.3f`.
 
@@ -1451,7 +1450,8 @@ attention_view(maps, tokens, tokens, title="attention on 16 random tokens writte
 # figures that its own `prefix_matching_score` computes differ, in their
 # last bits. On a GPU the figures differ again. The claims above held on
 # every one of the 20 runs of the check. The spread tables give the
-# range over 30 runs (seeds 0 to 4 and the held-out seeds 5 to 14); other
+# range over 30 runs (seeds 0 to 4, seeds 5 to 9 of an earlier round and
+# the held-out seeds 10 to 14); other
 # seeds can fall outside it.
 # The recipe was chosen among variants tried while this chapter was designed, one
 # run each (seed 0), not repeated on this page. In that one run each, a
