@@ -627,35 +627,123 @@ print(query.int())
 # Position 1 comes last and sees everything else. With the identity order the
 # content mask is the causal mask of chapter 5.
 #
-# **Two streams.** One step of two-stream attention, single-head and without
-# projections to keep it short (given code): both streams take keys and
-# values from the content stream $h$; the content stream queries with $h$,
-# the query stream with $g$, which starts as a learned vector $w$ and never
-# as the token. In XLNet $g$ learns where it stands through relative
-# attention; this toy has none, so it adds the position to $w$ instead. Changing the token at a position changes
-# that position's content stream but leaves its query stream alone:
+# ### Two-stream attention
+#
+# One attention step updates both streams. Keys and values come from the
+# content stream $h$ only, for both. The content stream queries with $h$
+# under the content mask; the query stream queries with $g$ under the query
+# mask. Both use the same projections, as in XLNet: `w_q`, `w_k`, `w_v`,
+# `w_o`, each `nn.Linear(d_model, d_model, bias=False)` (XLNet's projections
+# have no bias). Heads split the features as in chapter 3. The query stream
+# of the first position in the order has no key at all (XLNet would give it
+# the memory); a softmax over no key is NaN, so its weights are set to
+# zero, and its output is `w_o(0) = 0`. We leave out XLNet's relative terms
+# and its memory: they enter as in `RelMultiHeadAttention`.
+
+# %% nbgrader={"grade": false, "grade_id": "TwoStreamAttention", "locked": false, "schema_version": 3, "solution": true}
+class TwoStreamAttention(nn.Module):
+    """XLNet's two-stream multi-head attention, without relative terms or memory.
+
+    Attributes: `w_q`, `w_k`, `w_v`, `w_o` (nn.Linear(d_model, d_model, bias=False)), shared by
+    both streams; `n_heads`. Head h takes features [h*d_k, (h+1)*d_k) as in chapter 3.
+
+    forward(h (B, T, D) content stream, g (B, T, D) query stream, perm (T,) the factorisation
+    order, shared by the batch) -> (new h, new g), (B, T, D) each. Keys and values are w_k(h)
+    and w_v(h) for both streams. The content stream's queries are w_q(h), masked by the content
+    mask of permutation_masks(perm); the query stream's are w_q(g), masked by the query mask.
+    Scores are scaled by 1/sqrt(d_k), masked keys get weight exactly 0, and a row with no key
+    (the query stream of perm[0]) gets all-zero weights, never NaN. Heads merged, then w_o.
+    """
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        ### BEGIN SOLUTION
+        assert d_model % n_heads == 0, "d_model must be a multiple of n_heads"
+        self.n_heads = n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_model, bias=False)
+        self.w_v = nn.Linear(d_model, d_model, bias=False)
+        self.w_o = nn.Linear(d_model, d_model, bias=False)
+        ### END SOLUTION
+
+    def forward(self, h: torch.Tensor, g: torch.Tensor,
+                perm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ### BEGIN SOLUTION
+        B, T, D = h.shape
+        H = self.n_heads
+        content, query = permutation_masks(perm.to(h.device))                # (T, T) each
+        k = self.w_k(h).reshape(B, T, H, D // H).transpose(1, 2)             # (B, H, T, d_k)
+        v = self.w_v(h).reshape(B, T, H, D // H).transpose(1, 2)             # (B, H, T, d_k)
+
+        def attend(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            q = self.w_q(x).reshape(B, T, H, D // H).transpose(1, 2)         # (B, H, T, d_k)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)             # (B, H, T, T)
+            weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+            weights = torch.nan_to_num(weights)                              # a row with no key: 0
+            return self.w_o((weights @ v).transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+        return attend(h, content), attend(g, query)
+        ### END SOLUTION
+
 
 # %%
-def two_stream_step(h: torch.Tensor, g: torch.Tensor, perm: torch.Tensor):
-    """One attention step of both streams: h (T, D) content, g (T, D) query."""
-    content, query = permutation_masks(perm)
-
-    def attend(queries, mask):                                          # (T, D), (T, T)
-        scores = (queries @ h.T / math.sqrt(h.shape[-1])).masked_fill(~mask, float("-inf"))
-        weights = torch.nan_to_num(scores.softmax(-1))                   # a row with no key: 0
-        return weights @ h                                               # (T, D)
-
-    return attend(h, content), attend(g, query)
-
-
 torch.manual_seed(0)
+layer = TwoStreamAttention(8, 2)
 perm = torch.tensor([2, 0, 3, 1])
-pos_enc = relative_positional_encoding(4, 8).flip(0)                    # rows: positions 0..3
-emb, w = torch.randn(5, 8), torch.randn(8)
-x_a, x_b = torch.tensor([1, 2, 3, 4]), torch.tensor([1, 0, 3, 4])     # differ at position 1
-h_a, g_a = two_stream_step(emb[x_a] + pos_enc, w + pos_enc, perm)
-h_b, g_b = two_stream_step(emb[x_b] + pos_enc, w + pos_enc, perm)
-print(torch.allclose(g_a[1], g_b[1]), torch.allclose(h_a[1], h_b[1]))   # True False
+h, g = torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+new_h, new_g = layer(h, g, perm)
+print(new_h.shape, new_g.shape)                                      # (1, 4, 8) twice
+print(new_g[0, 2].abs().max().item())                                # 0.0: position 2 comes first
+h_other = h.clone()
+h_other[0, 3] += 1.0                                                 # change the token at 3
+print(torch.allclose(layer(h_other, g, perm)[1][0, 3], new_g[0, 3]))  # True: g at 3 never reads it
+print(torch.allclose(layer(h_other, g, perm)[0][0, 3], new_h[0, 3]))  # False: h at 3 does
+# torch.Size([1, 4, 8]) torch.Size([1, 4, 8])
+# 0.0
+# True
+# False
+
+# %% [markdown]
+# ### Target selection
+#
+# XLNet does not train every step of an order. It cuts the order and
+# predicts only the last $1/K$ of its steps, the ones with the most context
+# ($K = 6$ in the paper). `partial_prediction_targets` returns which
+# positions are targets and the one-hot `target_mapping` that the authors'
+# and Hugging Face's code use to pick the query stream's rows at the targets,
+# so the output layer runs on the targets only.
+
+# %% nbgrader={"grade": false, "grade_id": "partial_prediction_targets", "locked": false, "schema_version": 3, "solution": true}
+def partial_prediction_targets(perm: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The targets of partial prediction: the positions of the last T // k steps of `perm` (T,).
+
+    Returns (is_target (T,) bool, True at those positions; target_mapping (T // k, T) float32,
+    row s one-hot at the position of the s-th target, in the order's sequence), on perm's device.
+    Raises ValueError unless 1 <= k <= T.
+    """
+    ### BEGIN SOLUTION
+    T = len(perm)
+    if not 1 <= k <= T:
+        raise ValueError(f"k must be between 1 and the length {T}, got {k}")
+    targets = perm[T - T // k:]                                            # (n,) positions
+    is_target = torch.zeros(T, dtype=torch.bool, device=perm.device)
+    is_target[targets] = True
+    return is_target, F.one_hot(targets, T).float()                        # (T,), (n, T)
+    ### END SOLUTION
+
+
+# %%
+perm = torch.tensor([4, 1, 5, 0, 3, 2])
+is_target, mapping = partial_prediction_targets(perm, k=3)
+print(is_target.int().tolist())                                      # positions 3 and 2
+print(mapping)                                                       # rows: position 3, then 2
+g = torch.randn(6, 8)
+print(torch.equal(mapping @ g, g[[3, 2]]))                           # True: the targets' rows
+# [0, 0, 1, 1, 0, 0]
+# tensor([[0., 0., 0., 1., 0., 0.],
+#         [0., 0., 1., 0., 0., 0.]])
+# True
+
 
 # %% [markdown]
 # ## Check
@@ -1287,7 +1375,7 @@ plt.show()
 # a left-to-right model: XLNet is an autoregressive model in a random order,
 # with the positions kept.
 #
-# ### Why two streams: one layer with projections
+# ### Why two streams
 #
 # Why not one stream? The usual parameterisation of an autoregressive model
 # predicts the token at step $t$ from the content state of its context:
@@ -1300,86 +1388,33 @@ plt.show()
 # $g_{z_t}$ reads the context with a query built from the *position* $z_t$,
 # and never from the token there.
 #
-# The cell below is one head of two-stream attention with its projections
-# (still without XLNet's relative terms). Keys and values come from the content
-# stream $h$ only; the content stream queries with $h$ under the content
-# mask, the query stream with $g$ under the query mask. Two orders share the
+# The cell below uses `TwoStreamAttention` with one head. Two orders share the
 # context $\{2, 0\}$: `[2, 0, 3, 1]` predicts position 3 next, `[2, 0, 1, 3]`
 # position 1. The one-stream prediction reads the content state of the last
 # context position, 0, which is the same in both orders, so both targets get
 # the same distribution; the query stream gives them different ones.
 
 # %% tags=["skip-grading"]
-class TwoStreamAttention(nn.Module):
-    """One head of XLNet's two-stream attention with projections (no relative terms)."""
-
-    def __init__(self, d_model: int) -> None:
-        super().__init__()
-        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
-
-    def forward(self, h: torch.Tensor, g: torch.Tensor, perm: torch.Tensor):
-        """h, g (T, D) content and query streams, perm (T,) -> the new (h, g), (T, D) each."""
-        content, query = permutation_masks(perm)                          # (T, T) each
-        k, v = self.w_k(h), self.w_v(h)                                    # (T, D): content only
-
-        def attend(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            scores = self.w_q(x) @ k.T / math.sqrt(k.shape[-1])           # (T, T)
-            weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-            return torch.nan_to_num(weights) @ v                           # a row with no key: 0
-
-        return attend(h, content), attend(g, query)
-
-
 torch.manual_seed(0)
 D, V = 8, 5
-layer, out = TwoStreamAttention(D), nn.Linear(D, V)
+layer, out = TwoStreamAttention(D, 1), nn.Linear(D, V)
 pos = relative_positional_encoding(4, D).flip(0)                          # rows: positions 0..3
 emb, w = torch.randn(V, D), torch.randn(D)
 x = torch.tensor([1, 2, 3, 4])
 order_a, order_b = torch.tensor([2, 0, 3, 1]), torch.tensor([2, 0, 1, 3])  # context {2, 0} in both
 with torch.no_grad():
-    h_a, g_a = layer(emb[x] + pos, w + pos, order_a)
-    h_b, g_b = layer(emb[x] + pos, w + pos, order_b)
+    h_a, g_a = (s[0] for s in layer((emb[x] + pos)[None], (w + pos)[None], order_a))
+    h_b, g_b = (s[0] for s in layer((emb[x] + pos)[None], (w + pos)[None], order_b))
     one_a, one_b = out(h_a[0]).softmax(-1), out(h_b[0]).softmax(-1)       # target 3 / target 1
     two_a, two_b = out(g_a[3]).softmax(-1), out(g_b[1]).softmax(-1)
 print("one stream, same distribution for targets 3 and 1:", torch.allclose(one_a, one_b))   # True
 print("two streams, same distribution for targets 3 and 1:", torch.allclose(two_a, two_b))  # False
-x_other = torch.tensor([1, 2, 3, 0])                                      # another token at 3
-with torch.no_grad():
-    _, g_other = layer(emb[x_other] + pos, w + pos, order_a)
-print("query stream at 3 ignores the token at 3:", torch.allclose(g_a[3], g_other[3]))      # True
 
 # %% [markdown]
-# **Target selection.** XLNet does not train every step of an order. It cuts
-# the order at a point $c$ and predicts only the steps after it, the last
-# $1/K$ of the order ($K = 6$ in the paper, which found that predicting every
-# step converged slowly). The first steps give context and are never
-# targets. The authors' and HF's code select the query stream's rows at the
-# targets with a one-hot matrix, `target_mapping` (targets $\times T$), so the
-# output layer runs on the targets only. At fine-tuning, XLNet drops the
+# The one-stream failure is not a matter of training: whatever the weights,
+# the two targets share one distribution. At fine-tuning, XLNet drops the
 # query stream and uses the content stream as an ordinary encoder.
 
-# %% tags=["skip-grading"]
-def partial_prediction_targets(perm: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The targets of partial prediction: the positions of the last T // k steps of `perm` (T,).
-
-    Returns (is_target (T,) bool, target_mapping (T // k, T) float: row s is one-hot at the
-    s-th target in the order's sequence).
-    """
-    T = len(perm)
-    if not 1 <= k <= T:
-        raise ValueError(f"k must be between 1 and the length {T}, got {k}")
-    targets = perm[T - T // k:]                                            # (n,)
-    is_target = torch.zeros(T, dtype=torch.bool, device=perm.device)
-    is_target[targets] = True
-    return is_target, F.one_hot(targets, T).float()                        # (T,), (n, T)
-
-
-perm = torch.randperm(12, generator=torch.Generator().manual_seed(3))
-is_target, mapping = partial_prediction_targets(perm, k=4)
-g = torch.randn(12, D)
-print(perm.tolist(), "->", perm[is_target[perm]].tolist())                 # the last 3 of the order
-print(torch.equal(mapping @ g, g[perm[-3:]]))        # True: rows of the targets
 
 # %% [markdown]
 # ## Summary
