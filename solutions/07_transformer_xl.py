@@ -170,16 +170,18 @@ _ = torch.manual_seed(0)
 # appears in fine-tuning and the masked tokens are predicted independently:
 # in "New York is a city" with *New* and *York* masked, BERT predicts each
 # from "is a city" alone, while an order that predicts *New* first predicts
-# *York* from "New" as well.
-# An autoregressive model predicts every token from one side only. XLNet takes
-# the expectation over **factorisation orders** $z$ (permutations of
-# $1..T$):
+# *York* from "New" as well. A left-to-right model (the lecture's
+# "traditional LM") predicts *York* from "New" but never from "is a city":
+# every token from one side only. XLNet takes the expectation over
+# **factorisation orders** $z$ (permutations of $1..T$):
 #
 # $$\max_\theta\ \mathbb{E}_{z\sim\mathcal{Z}_T}\Big[\sum_{t=1}^T \log p_\theta(x_{z_t}\mid x_{z_{<t}})\Big].$$
 #
 # The tokens stay in place (the positional encodings are unchanged); only the
-# attention masks change. Across orders, every token is predicted from
-# every subset of the others, both sides included. To predict $x_{z_t}$ the
+# attention masks change. A permuted order is not a reordered sentence
+# ("This is good" read as "This good is"): *good* stays the third token; it
+# is only predicted at another step. Across orders, every token is
+# predicted from every subset of the others, both sides included. To predict $x_{z_t}$ the
 # model must know *which position* it is predicting, but not its content:
 # **two-stream attention**. The *content stream* $h_{z_t}$ sees the tokens
 # $z_{\le t}$, itself included (it is the representation used as a key by
