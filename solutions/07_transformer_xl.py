@@ -1577,9 +1577,9 @@ losses["unigram"] = -(counts / counts.sum()).log()[VALID_IDS.gather(1, TARGETS)]
 for name, value in losses.items():
     glue(f"ch07_plm_{name}", value.mean().item())
 glue("ch07_plm_cpu", time.process_time() - started)
-PAIRS = {"both_vs_left": ("perm_both", "perm_left"), "ltr_vs_perm": ("ltr_left", "perm_both")}
-for name, (a, b) in PAIRS.items():
-    low, high = interval(losses[a] - losses[b])
+PAIRS = {"both_vs_left": ("perm_left", "perm_both"), "ltr_vs_perm": ("perm_both", "ltr_left")}
+for name, (worse, better) in PAIRS.items():                              # how much lower `better` is
+    low, high = interval(losses[worse] - losses[better])
     glue(f"ch07_plm_{name}_low", low)
     glue(f"ch07_plm_{name}_high", high)
 print({name: round(value.mean().item(), 3) for name, value in losses.items()})
@@ -1597,14 +1597,14 @@ print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 # | character frequencies (unigram) | none | {glue:text}`ch07_plm_unigram:.2f` |
 #
 # The permutation LM uses the right side: the same network scores the same
-# characters lower when the order gives it both sides than left to right
-# (difference {glue:text}`ch07_plm_both_vs_left_low:.2f` to
-# {glue:text}`ch07_plm_both_vs_left_high:.2f`, a 95% bootstrap interval over
-# the windows).
+# characters lower when the order gives it both sides than left to right,
+# by {glue:text}`ch07_plm_both_vs_left_low:.2f` to
+# {glue:text}`ch07_plm_both_vs_left_high:.2f` nats (a 95% bootstrap interval
+# over the windows).
 # After 600 steps the left-to-right LM, which reads only the left side, is
-# still better than the permutation LM with both sides (difference
+# still better than the permutation LM with both sides, by
 # {glue:text}`ch07_plm_ltr_vs_perm_low:.2f` to
-# {glue:text}`ch07_plm_ltr_vs_perm_high:.2f`): every order's masks differ,
+# {glue:text}`ch07_plm_ltr_vs_perm_high:.2f` nats: every order's masks differ,
 # so the permutation objective is a harder task, learnt more slowly, the
 # slow convergence that made the paper predict only the last steps of each
 # order. The one-stream control stays close to the character frequencies:
