@@ -48,7 +48,8 @@
 # a relative multi-head attention and an XL layer; you train a vanilla
 # segment model and an XL model on a task whose dependency is longer than a
 # segment, measure how evaluation with the cache beats the sliding window,
-# and build XLNet's two attention masks and a two-stream layer.
+# and build XLNet's two attention masks, its two-stream attention and its
+# target selection, then train a small permutation LM on English text.
 
 # %%
 # Setup: on Colab or Binder this installs the course's helpers (`attnkit`). On your own machine,
@@ -1608,7 +1609,8 @@ print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 # so the permutation objective is a harder task, learnt more slowly, the
 # slow convergence that made the paper predict only the last steps of each
 # order. The one-stream control stays close to the character frequencies:
-# a prediction that does not know its position cannot use its context.
+# a prediction that does not know which position it is for gains little
+# from its context.
 # These are one run's figures, not claims checked over seeds.
 
 
