@@ -1579,7 +1579,7 @@ for name, value in losses.items():
     glue(f"ch07_plm_{name}", value.mean().item())
 glue("ch07_plm_cpu", time.process_time() - started)
 PAIRS = {"both_vs_left": ("perm_left", "perm_both"), "ltr_vs_perm": ("perm_both", "ltr_left")}
-for name, (worse, better) in PAIRS.items():                              # how much lower `better` is
+for name, (worse, better) in PAIRS.items():   # the gap: worse minus better
     low, high = interval(losses[worse] - losses[better])
     glue(f"ch07_plm_{name}_low", low)
     glue(f"ch07_plm_{name}_high", high)
