@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from autograder.harness.check import (expect, expect_close, expect_unmodified, graded, needs_cuda,
-                                      reference_cache, seeded)
+from autograder.harness.check import (expect, expect_close, expect_raises, expect_unmodified, graded,
+                                      needs_cuda, reference_cache, seeded)
 
 # (qlen, klen) pairs: without memory (qlen == klen) and with memory (klen > qlen)
 SHAPES = [(3, 7), (5, 9), (4, 4), (1, 5), (2, 2), (6, 6), (7, 20), (8, 11), (12, 12), (3, 16), (1, 1)]
@@ -616,3 +616,209 @@ def test_xl_layer_cuda(student, ref):
     with torch.no_grad():
         want = layer(x, memory, 4)
     expect_close(res.value[0], want[0], "the output", atol=1e-4)
+
+
+# ================================================================ TwoStreamAttention
+TWO_ARGS = (12, 3)
+
+
+def two_stream_manual(ref, m, h, g, perm, *, content="content", query="query", kv="h", q_from="g",
+                      empty="zero"):
+    """TwoStreamAttention's computation with known mistakes switchable: the masks of each stream,
+    where the query stream's keys and values and queries come from, what a row with no key gets."""
+    masks = dict(zip(("content", "query"), ref.permutation_masks(perm)))
+    B, T, D = h.shape
+    H = m.n_heads
+
+    def heads(x):
+        return x.reshape(B, T, H, D // H).transpose(1, 2)
+
+    def attend(x, mask, src):
+        scores = heads(m.w_q(x)) @ heads(m.w_k(src)).transpose(-2, -1) / math.sqrt(D // H)
+        if empty == "fill":   # -1e30 instead of -inf, as in HF's XLNet: a row with no key averages
+            weights = (scores - 1e30 * (~mask).float()).softmax(-1)
+        else:
+            weights = torch.nan_to_num(scores.masked_fill(~mask, float("-inf")).softmax(-1))
+        return m.w_o((weights @ heads(m.w_v(src))).transpose(1, 2).reshape(B, T, D))
+
+    return (attend(h, masks[content], h),
+            attend(g if q_from == "g" else h, masks[query], g if kv == "g" else h))
+
+
+def one_hot_rows(idx: torch.Tensor, T: int) -> torch.Tensor:
+    """(n, T) float: row s one-hot at idx[s]."""
+    return torch.nn.functional.one_hot(idx, T).float()
+
+
+def two_stream_inputs(seed: int, B: int, T: int, D: int):
+    g = seeded(seed)
+    return torch.randn(B, T, D, generator=g), torch.randn(B, T, D, generator=g), torch.randperm(T, generator=g)
+
+
+@graded("TwoStreamAttention", points=3,
+        hint="k = w_k(h), v = w_v(h) for BOTH streams; content stream: queries w_q(h), content mask; "
+             "query stream: queries w_q(g), query mask; softmax with masked scores at -inf, "
+             "torch.nan_to_num on the weights, heads merged, w_o.")
+def test_two_stream_outputs(student, ref):
+    """TwoStreamAttention: with the reference weights, do both streams match, for several orders and heads?"""
+    cases = [((12, 3), 2, 5, 1100), ((12, 3), 1, 7, 1101), ((8, 1), 2, 4, 1102), ((8, 2), 3, 6, 1103)]
+    for args, B, T, seed in cases:
+        m = ref_module(ref, "TwoStreamAttention", *args, seed=seed)
+        h, g, perm = two_stream_inputs(seed, B, T, args[0])
+        res = student.module("TwoStreamAttention", init_args=args, state_dict=m.state_dict(),
+                             args=(h, g, perm), grad=False)
+        expect(isinstance(res.value, (tuple, list)) and len(res.value) == 2,
+               "forward should return a tuple (new h, new g)")
+        with torch.no_grad():
+            want = m(h, g, perm)
+            wrong_h = lambda: {  # noqa: E731
+                "the content stream does not see its own token (it takes the content mask, "
+                "diagonal included)": two_stream_manual(ref, m, h, g, perm, content="query")[0]}
+            wrong_g = lambda: {  # noqa: E731
+                "the query stream reads its own token (it takes the query mask, no diagonal)":
+                two_stream_manual(ref, m, h, g, perm, query="content")[1],
+                "keys and values taken from the query stream g (both streams read keys and values "
+                "from the content stream h)": two_stream_manual(ref, m, h, g, perm, kv="g")[1],
+                "the query stream's queries built from h (they come from g, which never holds the token)":
+                two_stream_manual(ref, m, h, g, perm, q_from="h")[1],
+                "a row with no key filled with -1e30: it averages every value (its weights must be 0)":
+                two_stream_manual(ref, m, h, g, perm, empty="fill")[1]}
+        where = f"for perm={perm.tolist()}, n_heads={args[1]}"
+        expect_close(res.value[0], want[0], f"the new content stream h {where}", mistakes=wrong_h)
+        expect_close(res.value[1], want[1], f"the new query stream g {where}", mistakes=wrong_g)
+
+
+@graded("TwoStreamAttention", points=1,
+        hint="The query stream of perm[0] may read no key: a softmax over only -inf is NaN. Replace NaN "
+             "weights by 0 (torch.nan_to_num): its output is then w_o(0) = 0.")
+def test_two_stream_first_position(student, ref):
+    """TwoStreamAttention: is the query stream of the first position in the order exactly 0, with no NaN?"""
+    m = ref_module(ref, "TwoStreamAttention", *TWO_ARGS, seed=1110)
+    h, g, perm = two_stream_inputs(1111, 2, 5, 12)
+    res = student.module("TwoStreamAttention", init_args=TWO_ARGS, state_dict=m.state_dict(),
+                         args=(h, g, perm), grad=False)
+    expect(isinstance(res.value, (tuple, list)) and len(res.value) == 2,
+           "forward should return a tuple (new h, new g)")
+    new_g = res.value[1]
+    expect(not bool(torch.isnan(new_g).any()),
+           "the query stream contains NaN: the row with no key (perm[0]) must get weights 0, not NaN")
+    first = new_g[:, int(perm[0])]
+    expect(float(first.abs().max()) == 0.0,
+           f"the query stream of position {int(perm[0])}, first in the order, should be exactly 0 "
+           "(no key: weights all zero), got a largest entry of "
+           f"{float(first.abs().max()):.3g} (a fill of -1e30 instead of -inf averages every value)")
+
+
+@graded("TwoStreamAttention", points=2,
+        hint="The query stream at position i must not depend on the token at i: its queries come from g, "
+             "and the query mask has no diagonal. The content stream at i does read it.")
+def test_two_stream_own_token(student, ref):
+    """TwoStreamAttention: does changing the token at a position leave that position's query stream alone?"""
+    m = ref_module(ref, "TwoStreamAttention", *TWO_ARGS, seed=1120)
+    h, g, perm = two_stream_inputs(1121, 1, 6, 12)
+    base = student.module("TwoStreamAttention", init_args=TWO_ARGS, state_dict=m.state_dict(),
+                          args=(h, g, perm)).value
+    for pos in (int(perm[-1]), int(perm[3])):
+        other = h.clone()
+        other[:, pos] += torch.randn(12, generator=seeded(1122 + pos))
+        res = student.module("TwoStreamAttention", init_args=TWO_ARGS, state_dict=m.state_dict(),
+                             args=(other, g, perm)).value
+        expect(torch.allclose(res[1][:, pos], base[1][:, pos], atol=1e-6),
+               f"the query stream at position {pos} changed with the token at {pos}: it must never read "
+               "its own token")
+        expect(not torch.allclose(res[0][:, pos], base[0][:, pos], atol=1e-6),
+               f"the content stream at position {pos} did not change with the token at {pos}: it must "
+               "read its own token (the content mask has the diagonal)")
+
+
+@graded("TwoStreamAttention", points=1,
+        hint="Do not detach anything on the way to the output; gradients must reach w_q, w_k, w_v and w_o.")
+def test_two_stream_gradients(student, ref):
+    """TwoStreamAttention: do the gradients of every projection through the content stream match?"""
+    m = ref_module(ref, "TwoStreamAttention", *TWO_ARGS, seed=1130)
+    h, g, perm = two_stream_inputs(1131, 2, 5, 12)
+    ct = torch.randn(2, 5, 12, generator=seeded(1132))
+    res = student.module("TwoStreamAttention", init_args=TWO_ARGS, state_dict=m.state_dict(),
+                         args=(h, g, perm), grad=True, cotangent=ct)
+    m.zero_grad()
+    (m(h, g, perm)[0] * ct).sum().backward()
+    for name, p in m.named_parameters():
+        expect(name in res.param_grads, f"no gradient reached {name}")
+        expect_close(res.param_grads[name], p.grad, f"the gradient of {name}", atol=1e-4)
+
+
+@graded("TwoStreamAttention", points=1,
+        hint="Exactly four projections w_q, w_k, w_v, w_o, each nn.Linear(d_model, d_model, bias=False), "
+             "shared by both streams.")
+def test_two_stream_parameters(student, ref):
+    """TwoStreamAttention: are the parameters exactly w_q, w_k, w_v, w_o, without bias, shared by both streams?"""
+    want = sorted(name for name, _ in ref.TwoStreamAttention(*TWO_ARGS).named_parameters())
+    res = student.module("TwoStreamAttention", init_args=TWO_ARGS, method="state_dict")
+    expect(sorted(res.param_keys) == want, f"the parameters should be {want}, got {sorted(res.param_keys)} "
+           "(no bias, as in XLNet; one set of projections for both streams)")
+
+
+@needs_cuda
+@graded("TwoStreamAttention", points=1, hint="Build the masks on h's device.")
+def test_two_stream_cuda(student, ref):
+    """TwoStreamAttention: does it run on the GPU?"""
+    m = ref_module(ref, "TwoStreamAttention", *TWO_ARGS, seed=1140)
+    h, g, perm = two_stream_inputs(1141, 2, 5, 12)
+    res = student.module("TwoStreamAttention", init_args=TWO_ARGS, state_dict=m.state_dict(),
+                         args=(h, g, perm), device="cuda")
+    expect(all(d.startswith("cuda") for d in res.devices), "both streams should be on cuda")
+    with torch.no_grad():
+        expect_close(res.value[1], m(h, g, perm)[1], "the query stream", atol=1e-4)
+
+
+# ================================================================ partial_prediction_targets
+@graded("partial_prediction_targets", points=2,
+        hint="n = T // k; the targets are the POSITIONS perm[T - n:], the last n steps of the order; "
+             "is_target[perm[T - n:]] = True; target_mapping = F.one_hot(perm[T - n:], T).float().")
+def test_partial_prediction_targets(student, ref):
+    """partial_prediction_targets: are the targets the positions of the last T // k steps, in the order's sequence?"""
+    g = seeded(1200)
+    for T, k in [(12, 4), (7, 2), (9, 6), (5, 1), (6, 6), (10, 3)]:
+        perm = torch.randperm(T, generator=g)
+        got = student.partial_prediction_targets(perm, k)
+        expect(isinstance(got, (tuple, list)) and len(got) == 2, "return a tuple (is_target, target_mapping)")
+        is_target, mapping = ref.partial_prediction_targets(perm, k)
+        n = T // k
+        steps = torch.zeros(T, dtype=torch.bool)
+        steps[T - n:] = True
+        first = torch.zeros(T, dtype=torch.bool)
+        first[perm[:n]] = True
+        where = f"for perm={perm.tolist()}, k={k}"
+        expect_close(got[0], is_target, f"is_target {where}", mistakes={
+            "marked the last steps, not the positions at those steps (is_target[perm[T - n:]])": steps,
+            "the first T // k steps of the order (the targets are the last ones)": first,
+        })
+        expect_close(got[1], mapping, f"target_mapping {where}", mistakes={
+            "rows one-hot at the step, not at the position perm[t]": one_hot_rows(torch.arange(T - n, T), T),
+            "the first T // k steps of the order (the targets are the last ones)": one_hot_rows(perm[:n], T),
+            "targets sorted by position (rows follow the order's sequence)": one_hot_rows(perm[T - n:].sort()[0], T),
+        })
+
+
+
+@graded("partial_prediction_targets", points=1,
+        hint="Raise ValueError when k < 1 or k > T (T // k would be 0 or k meaningless); never modify perm.")
+def test_partial_prediction_targets_errors(student, ref):
+    """partial_prediction_targets: does k outside 1..T raise ValueError, and is perm left unchanged?"""
+    perm = torch.randperm(6, generator=seeded(1201))
+    for k in (0, 7):
+        expect_raises(lambda: student.partial_prediction_targets(perm, k), "ValueError",
+                      f"partial_prediction_targets(perm of length 6, k={k})")
+    call = student.call("partial_prediction_targets", args=(perm.clone(), 3))
+    expect_unmodified((perm,), call.inputs[:1], "partial_prediction_targets")
+    expect_close(call.value[0], ref.partial_prediction_targets(perm, 3)[0], "is_target (bool)")
+
+
+@needs_cuda
+@graded("partial_prediction_targets", points=1, hint="Create is_target on perm's device.")
+def test_partial_prediction_targets_cuda(student, ref):
+    """partial_prediction_targets: does it run on the GPU?"""
+    perm = torch.randperm(8, generator=seeded(1202))
+    call = student.call("partial_prediction_targets", args=(perm, 4), device="cuda")
+    expect(all(d.startswith("cuda") for d in call.devices), "is_target and target_mapping should be on cuda")
+    expect_close(call.value[1], ref.partial_prediction_targets(perm, 4)[1], "target_mapping")

@@ -1,7 +1,8 @@
 """Chapter 07 written a second time, in another style: does every correct solution work?
 
 rel_shift with a gather over an explicit distance index instead of the pad-and-reshape trick;
-masks from arange comparisons; the permutation's ranks by argsort; einsum everywhere;
+masks from arange comparisons; the permutation's ranks by argsort; einsum everywhere; both
+streams of two-stream attention in one stacked pass, empty rows zeroed with torch.where;
 other internal names (`heads_`, `ff_in`/`ff_out` through F.linear), functional softmax and
 layer norm through the named nn.LayerNorm parameters, PyTorch's default initialisation
 (u and v zeros, as the docstring says).
@@ -60,6 +61,38 @@ def permutation_masks(perm):
     order = torch.argsort(perm)                                  # order[p] = step of position p
     before = order.unsqueeze(0) < order.unsqueeze(1)
     return before | torch.eye(perm.numel(), dtype=torch.bool, device=perm.device), before
+
+
+class TwoStreamAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=False))
+
+    def forward(self, h, g, perm):
+        content, query = permutation_masks(perm.to(h.device))
+        allowed = torch.stack((content, query))                  # (2, T, T): stream, query, key
+        heads = self.n_heads
+        q = _heads(self.w_q(torch.stack((h, g))).flatten(0, 1), heads).unflatten(0, (2, -1))
+        k, val = _heads(self.w_k(h), heads), _heads(self.w_v(h), heads)
+        logits = torch.einsum("sbhid,bhjd->sbhij", q, k) / math.sqrt(q.size(-1))
+        allowed = allowed[:, None, None]                         # (2, 1, 1, T, T)
+        w = F.softmax(torch.where(allowed, logits, torch.full_like(logits, -math.inf)), dim=-1)
+        w = torch.where(allowed, w, torch.zeros_like(w))         # no key at all: zeros, not NaN
+        out = self.w_o(torch.einsum("sbhij,bhjd->sbihd", w, val).flatten(3))
+        return out[0], out[1]
+
+
+def partial_prediction_targets(perm, k):
+    n = perm.numel()
+    if k < 1 or k > n:
+        raise ValueError(f"k = {k} is outside 1..{n}")
+    step = torch.argsort(perm)                                   # step[p] = step of position p
+    count = n // k
+    mapping = torch.zeros(count, n, device=perm.device)
+    mapping[torch.arange(count, device=perm.device), perm[n - count:]] = 1.0
+    return step >= n - count, mapping
 
 
 class RelMultiHeadAttention(nn.Module):

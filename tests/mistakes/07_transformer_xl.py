@@ -181,6 +181,106 @@ def permutation_masks(perm):
     content, query = _permutation_masks_ok(perm)
     return query, query.clone()
 ''', feedback="does not see itself"),
+    # ------------------------------------------------------------ TwoStreamAttention
+    Mistake("TwoStreamAttention", "query stream reads its own token", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        global permutation_masks
+        ok = permutation_masks
+        permutation_masks = lambda p: (ok(p)[0], ok(p)[0].clone())
+        try:
+            return super().forward(h, g, perm)
+        finally:
+            permutation_masks = ok
+''', feedback="reads its own token"),
+    Mistake("TwoStreamAttention", "keys and values from the query stream", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        new_h = super().forward(h, h, perm)[0]
+        return new_h, super().forward(g, g, perm)[1]
+''', feedback="taken from the query stream g"),
+    Mistake("TwoStreamAttention", "query stream queries from h", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        return super().forward(h, h, perm)
+''', feedback="queries built from h"),
+    Mistake("TwoStreamAttention", "content stream without the diagonal", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        global permutation_masks
+        ok = permutation_masks
+        permutation_masks = lambda p: (ok(p)[1], ok(p)[1].clone())
+        try:
+            return super().forward(h, g, perm)
+        finally:
+            permutation_masks = ok
+''', feedback="does not see its own token"),
+    Mistake("TwoStreamAttention", "NaN for a row with no key", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        B, T, D = h.shape
+        H = self.n_heads
+        content, query = permutation_masks(perm)
+        k = self.w_k(h).reshape(B, T, H, D // H).transpose(1, 2)
+        v = self.w_v(h).reshape(B, T, H, D // H).transpose(1, 2)
+        def attend(x, mask):
+            q = self.w_q(x).reshape(B, T, H, D // H).transpose(1, 2)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(D // H)).masked_fill(~mask, float("-inf"))
+            return self.w_o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+        return attend(h, content), attend(g, query)
+''', feedback="NaN"),
+    Mistake("TwoStreamAttention", "-1e30 instead of -inf: a row with no key averages", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        B, T, D = h.shape
+        H = self.n_heads
+        content, query = permutation_masks(perm)
+        k = self.w_k(h).reshape(B, T, H, D // H).transpose(1, 2)
+        v = self.w_v(h).reshape(B, T, H, D // H).transpose(1, 2)
+        def attend(x, mask):
+            q = self.w_q(x).reshape(B, T, H, D // H).transpose(1, 2)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(D // H) - 1e30 * (~mask).float()
+            return self.w_o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+        return attend(h, content), attend(g, query)
+''', feedback="-1e30"),
+    Mistake("TwoStreamAttention", "projections with bias", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.w_o = nn.Linear(d_model, d_model)
+''', feedback="the parameters should be"),
+    Mistake("TwoStreamAttention", "content stream detached", '''
+class TwoStreamAttention(TwoStreamAttention):
+    def forward(self, h, g, perm):
+        new_h, new_g = super().forward(h, g, perm)
+        return new_h.detach(), new_g
+'''),
+    # ------------------------------------------------------------ partial_prediction_targets
+    Mistake("partial_prediction_targets", "the first steps of the order", '''
+_ppt_ok = partial_prediction_targets
+def partial_prediction_targets(perm, k):
+    return _ppt_ok(perm.flip(0), k)
+''', feedback="the first T // k steps"),
+    Mistake("partial_prediction_targets", "steps instead of positions", '''
+def partial_prediction_targets(perm, k):
+    T = len(perm)
+    if not 1 <= k <= T:
+        raise ValueError("k")
+    is_target = torch.zeros(T, dtype=torch.bool)
+    is_target[T - T // k:] = True
+    return is_target, F.one_hot(torch.arange(T - T // k, T), T).float()
+''', feedback="not the positions"),
+    Mistake("partial_prediction_targets", "targets sorted by position", '''
+_ppt_ok = partial_prediction_targets
+def partial_prediction_targets(perm, k):
+    is_target, _ = _ppt_ok(perm, k)
+    return is_target, F.one_hot(is_target.nonzero()[:, 0], len(perm)).float()
+''', feedback="sorted by position"),
+    Mistake("partial_prediction_targets", "no error for k = 0", '''
+_ppt_ok = partial_prediction_targets
+def partial_prediction_targets(perm, k):
+    return _ppt_ok(perm, max(k, 1)) if k < 1 else _ppt_ok(perm, min(k, len(perm)))
+''', feedback="should raise ValueError"),
     # ------------------------------------------------------------ RelMultiHeadAttention
     Mistake("RelMultiHeadAttention", "u and v swapped in the module", '''
 class RelMultiHeadAttention(RelMultiHeadAttention):
