@@ -2,8 +2,8 @@
 
 `python -m course checkpoints [NN ...] [--force] [--check]`. For each chapter that declares a
 checkpoint (`attnkit.checkpoints.checkpoint`), a fresh process runs the chapter's *checkpoint
-cells* (the cells the autograder runs, and the skip-grading cells that define a `@checkpoint`
-function), then trains each checkpoint whose record is missing or stale (or all, with --force) on a
+cells* (the cells the autograder runs, the skip-grading cells that define a `@checkpoint`
+function, and those tagged `checkpoint-code`: page cells whose definitions they need), then trains each checkpoint whose record is missing or stale (or all, with --force) on a
 GPU when there is one, else on the CPU. It writes `attnkit/checkpoints_data/NN_name/<name>.pt` (the
 weights, float16) and `<name>.json` (the log, the metrics measured on the committed weights on the
 CPU, seconds, device, versions, the checksum of the weights and the hash of the code that made them).
@@ -44,11 +44,21 @@ def _checkpoint_names(source: str) -> list[str]:
         isinstance(d, ast.Call) and getattr(d.func, "id", None) == "checkpoint" for d in n.decorator_list)]
 
 
+NEEDED = "checkpoint-code"   # the tag of a page cell whose definitions a checkpoint cell needs
+
+
+def is_checkpoint_cell(cell: nbformat.NotebookNode) -> bool:
+    """A graded cell, a cell that defines a `@checkpoint` function, or a page cell tagged NEEDED."""
+    tags = cell.metadata.get("tags", [])
+    return "skip-grading" not in tags or NEEDED in tags or bool(_checkpoint_names(cell.source))
+
+
 def checkpoint_cells(nb: nbformat.NotebookNode) -> list[str]:
-    """The sources the command runs: the graded path plus the checkpoint definitions."""
+    """The sources the command runs: the graded path, the page cells tagged NEEDED (classes the
+    checkpoint's model is built from, taught earlier on the page) and the checkpoint definitions."""
     from course.claims import is_claim_cell
     return [c.source for c in nb.cells if c.cell_type == "code" and not is_claim_cell(c.source)
-            and ("skip-grading" not in c.metadata.get("tags", []) or _checkpoint_names(c.source))]
+            and is_checkpoint_cell(c)]
 
 
 def declared_names(chapter: str) -> list[str]:

@@ -44,11 +44,10 @@ def _sweep_names(source: str) -> list[str]:
 
 def sweep_cells(nb: nbformat.NotebookNode) -> list[str]:
     """The sources the command runs: the graded path, the checkpoint definitions, the sweeps."""
-    from course.checkpoints import _checkpoint_names
+    from course.checkpoints import is_checkpoint_cell
     from course.claims import is_claim_cell
     return [c.source for c in nb.cells if c.cell_type == "code" and not is_claim_cell(c.source)
-            and ("skip-grading" not in c.metadata.get("tags", [])
-                 or _checkpoint_names(c.source) or _sweep_names(c.source))]
+            and (is_checkpoint_cell(c) or _sweep_names(c.source))]
 
 
 def declared_names(chapter: str) -> list[str]:

@@ -181,3 +181,16 @@ def test_help_and_unknown_options_train_nothing(monkeypatch, capsys):
     monkeypatch.setattr(cp, "_train", lambda *a, **k: pytest.fail("trained"))
     assert cp.main(["--help"]) == 0 and "usage" in capsys.readouterr().out
     assert cp.main(["05", "--frce"]) == 2 and "unknown option --frce" in capsys.readouterr().err
+
+
+def test_a_page_cell_tagged_checkpoint_code_is_run_and_hashed_with_the_checkpoint():
+    """Which page cells does the command run: the graded ones, the `@checkpoint` cell, and a
+    skip-grading cell only when tagged `checkpoint-code` (a class the model is built from)?"""
+    import nbformat.v4 as v4
+    cells = [v4.new_code_cell("x = 1"),
+             v4.new_code_cell("class Local: pass", metadata={"tags": ["skip-grading", checkpoints.NEEDED]}),
+             v4.new_code_cell("plot()", metadata={"tags": ["skip-grading"]}),
+             v4.new_code_cell("@checkpoint('99_x', build=b, evaluate=e)\ndef run(m, steps, device):\n    pass",
+                              metadata={"tags": ["skip-grading"]})]
+    got = checkpoints.checkpoint_cells(v4.new_notebook(cells=cells))
+    assert got == ["x = 1", "class Local: pass", cells[3].source], "the untagged figure cell is not run"
