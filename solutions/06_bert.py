@@ -1321,6 +1321,9 @@ def masking_rules(seed: int = 0, threads: int = 1) -> dict:
     models = {"801010": pretrain(epochs, all_mask=False, seed=seed, device=device),
               "allmask": pretrain(epochs, all_mask=True, seed=seed, device=device)}
     out = {"ch06_pretrain_s": (time.perf_counter() - start) / 2, "ch06_steps": STEPS}
+    torch.manual_seed(seed)  # the control: pretrain's init, no training
+    untrained = TinyBert(len(WORDS)).to(device).eval()
+    out["ch06_ident_last_untrained"], out["ch06_ident_head_untrained"] = identity_probe(untrained)
     counts = {}
     for key, model in models.items():
         out[f"ch06_mlm_acc_{key}"], out[f"ch06_nsp_acc_{key}"] = pretrain_scores(model)
@@ -1695,9 +1698,18 @@ claim("allmask_head_gains_nothing_from_input", "The 100%-[MASK] model's head nam
 claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM head names the word "
       "at least 30 points more often than the 100%-[MASK] model's.",
       lambda g: g["ch06_probe_untouched_801010"] >= g["ch06_probe_untouched_allmask"] + 30)
-claim("word_in_representation", "A linear probe reads the word from the 100%-[MASK] model's last "
-      "layer at 90% or more.",
-      lambda g: g["ch06_ident_last_allmask"] >= 90)
+claim("word_in_representation", "A linear probe reads the word from the last layer of each "
+      "pre-trained model at 90% or more.",
+      lambda g: min(g["ch06_ident_last_801010"], g["ch06_ident_last_allmask"]) >= 90)
+claim("untrained_keeps_word", "A linear probe reads the word from the untrained model's last "
+      "layer at 98% or more.",
+      lambda g: g["ch06_ident_last_untrained"] >= 98)
+claim("allmask_loses_word", "The probe reads the word from the 100%-[MASK] model's last layer at "
+      "least 1 point less often than from the untrained model's.",
+      lambda g: g["ch06_ident_last_allmask"] <= g["ch06_ident_last_untrained"] - 1)
+claim("allmask_loses_more", "The probe reads the word less often from the 100%-[MASK] model's "
+      "last layer than from the 80/10/10 model's.",
+      lambda g: g["ch06_ident_last_allmask"] < g["ch06_ident_last_801010"])
 claim("replaced_tokens_corrected", "Both heads name the original word at more than 8% of the "
       "randomly replaced tokens, above always answering 'and' (a head that trusted its input "
       "would almost never).",
