@@ -1298,11 +1298,11 @@ def identity_probe(model: TinyBert) -> tuple[float, float]:
     return 100 * (pred == gold).float().mean().item(), 100 * (head == gold).float().mean().item()
 
 
-def bootstrap(diff_of, n: int = N_BOOT) -> tuple[float, float]:
-    """The 95% interval of diff_of(counts of resampled dev sentences), sentences drawn with
-    replacement (seed 0). diff_of maps a (n, n_sentences) resampling index to (n,) values."""
-    idx = torch.randint(len(DEV_SET[0]), (n, len(DEV_SET[0])),
-                        generator=torch.Generator().manual_seed(0))
+def bootstrap(diff_of, n: int = N_BOOT, items: int | None = None) -> tuple[float, float]:
+    """The 95% interval of diff_of(resampled items), `items` (default: the dev sentences) drawn
+    with replacement (seed 0). diff_of maps a (n, items) resampling index to (n,) values."""
+    items = len(DEV_SET[0]) if items is None else items
+    idx = torch.randint(items, (n, items), generator=torch.Generator().manual_seed(0))
     values = diff_of(idx).sort().values
     return values[int(0.025 * n)].item(), values[int(0.975 * n) - 1].item()
 
@@ -1602,9 +1602,15 @@ for key, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]")):
           f"{run[f'ch06_probe_replaced_{key}']:12.1f} "
           f"{run[f'ch06_probe_untouched_{key}']:13.1f} {run[f'ch06_ident_last_{key}']:13.1f} "
           f"{run[f'ch06_ident_head_{key}']:12.1f}")
+glue("ch06_head_gap_untouched",
+     run["ch06_probe_untouched_801010"] - run["ch06_probe_untouched_allmask"])
+glue("ch06_ident_gap", run["ch06_ident_last_801010"] - run["ch06_ident_last_allmask"])
+print(f"{'untrained':14s} {'':10s} {'':12s} {'':13s} {run['ch06_ident_last_untrained']:13.1f} "
+      f"{run['ch06_ident_head_untrained']:12.1f}")
 spread({f"ch06_{m}_{k}": f"{label}, {name}" for m, label in
         (("probe_untouched", "head at untouched tokens"), ("ident_last", "probe on the last layer"))
-        for k, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]"))}, digits=1)
+        for k, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]"))}
+       | {"ch06_ident_last_untrained": "probe on the last layer, untrained"}, digits=1)
 
 # At a replaced token, how often does the head answer the random word itself? (this run only;
 # the same held-out pairs and noise as real_token_probe, whose figure it re-checks)
@@ -1639,6 +1645,7 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # |---|---|---|---|---|---|
 # | 80/10/10 | {glue:text}`ch06_mlm_acc_801010:.1f` | {glue:text}`ch06_probe_replaced_801010:.1f` | {glue:text}`ch06_probe_untouched_801010:.1f` | {glue:text}`ch06_ident_last_801010:.1f` | {glue:text}`ch06_ident_head_801010:.1f` |
 # | 100% `[MASK]` | {glue:text}`ch06_mlm_acc_allmask:.1f` | {glue:text}`ch06_probe_replaced_allmask:.1f` | {glue:text}`ch06_probe_untouched_allmask:.1f` | {glue:text}`ch06_ident_last_allmask:.1f` | {glue:text}`ch06_ident_head_allmask:.1f` |
+# | untrained (same init) | | | | {glue:text}`ch06_ident_last_untrained:.1f` | {glue:text}`ch06_ident_head_untrained:.1f` |
 #
 # At `[MASK]` positions the 80/10/10 model is a few points ahead, in every
 # run of the check (claim below). Through the
@@ -1646,17 +1653,26 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # gives the right word at only {glue:text}`ch06_probe_untouched_allmask:.1f`%
 # of the untouched positions, the 80/10/10 model's at
 # {glue:text}`ch06_probe_untouched_801010:.1f`%. But that is the head, not
-# the representation. A linear probe reads the word from the 100%-`[MASK]`
-# model's last layer at {glue:text}`ch06_ident_last_allmask:.1f`% (the
-# 80/10/10 model's at {glue:text}`ch06_ident_last_801010:.1f`%): the word is
-# there; the head, never asked to name a real token, does not read it out.
+# the representation. The control is the same model with the same
+# initial weights and no training: a linear probe reads the word from its
+# last layer at {glue:text}`ch06_ident_last_untrained:.1f`%, because at
+# initialisation the residual path carries each token's embedding to the
+# last layer. The probe reads the word from the 80/10/10 model's last layer
+# at {glue:text}`ch06_ident_last_801010:.1f`% and from the 100%-`[MASK]`
+# model's at {glue:text}`ch06_ident_last_allmask:.1f`%: in every run of the
+# check the 100%-`[MASK]` model is at least a point below the untrained one
+# and below the 80/10/10 model (claims below). Most of the word is still
+# there; the 100%-`[MASK]` head, never asked to name a real token, does not
+# read it out.
 # Nor does a right token help it: it names the word no more often at an
 # untouched token than at a replaced one (here
 # {glue:text}`ch06_probe_untouched_allmask:.1f`% against
 # {glue:text}`ch06_probe_replaced_allmask:.1f`%; in every run of the check
 # at most a point more, claim below).
-# So the gap between the two heads shows what each model was trained to
-# output, not that one representation forgot the word.
+# So the gap between the two heads at untouched tokens
+# ({glue:text}`ch06_head_gap_untouched:.1f` points) is mostly what each head
+# was trained to output; the two last layers differ by
+# {glue:text}`ch06_ident_gap:.1f` points.
 #
 # At a randomly replaced token, a head that trusted its input would answer
 # the random word. Both heads name the original word instead at
@@ -1668,8 +1684,9 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # replaced tokens from the context.
 #
 # **In one sentence:** the 80/10/10 model fills `[MASK]` better in every
-# run, and both models keep a real token's identity in their last layer,
-# but only the 80/10/10 model's head reads it out.
+# run; both models keep most of a real token's identity in their last
+# layer, the 100%-`[MASK]` model loses more of it, and only the 80/10/10
+# model's head reads it out.
 #
 # ```{admonition} The details: how large are the gaps at replaced tokens?
 # :class: dropdown
@@ -1998,6 +2015,7 @@ def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 
     return log
 
 # %% tags=["skip-grading", "hide-input"]
+import math
 from collections import Counter
 
 import matplotlib.pyplot as plt
@@ -2049,6 +2067,41 @@ def ngram_fill(rows, sides: str) -> torch.Tensor:
     return torch.tensor(out)
 
 
+def ngram_nll(rows, sides: str) -> float:
+    """The mean cross-entropy (nats) of a count model at every selected position, given the same
+    corrupted input as ngram_fill. sides="none": add-one unigram; "left": the left neighbour's
+    counts; "both": the two neighbours', backing off to the left one, then the right one. Each
+    level is smoothed towards the one below by Witten-Bell (weight: the number of distinct pieces
+    seen in that context), so no parameter is tuned; a special piece or [MASK] is no neighbour."""
+    train = PROSE_IDS["train"].tolist()
+    uni = Counter(train)
+    pairs, triples = Counter(zip(train, train[1:])), Counter(zip(train, train[1:], train[2:]))
+    seen = {"left": Counter(a for a, _ in pairs), "right": Counter(b for _, b in pairs),
+            "both": Counter((a, c) for a, _, c in triples)}
+    total = {"left": Counter(train[:-1]), "right": Counter(train[1:]),
+             "both": Counter(zip(train, train[2:]))}
+
+    def smooth(level: str, context, n: int, lower: float) -> float:
+        if total[level][context] == 0:
+            return lower
+        kinds = seen[level][context]
+        return (n + kinds * lower) / (total[level][context] + kinds)
+
+    inputs, _, labels = rows
+    nll = []
+    for i, t in (labels != -100).nonzero().tolist():
+        g, a, c = labels[i, t].item(), inputs[i, t - 1].item(), inputs[i, t + 1].item()
+        p = (uni[g] + 1) / (len(train) + len(PIECES))
+        if sides != "none" and a >= 5:
+            p = smooth("left", a, pairs[(a, g)], p)
+        elif sides == "both" and c >= 5:
+            p = smooth("right", c, pairs[(g, c)], p)
+        if sides == "both" and min(a, c) >= 5:
+            p = smooth("both", (a, c), triples[(a, g, c)], p)
+        nll.append(-math.log(p))
+    return sum(nll) / len(nll)
+
+
 _, gold = masked_predictions(long_bert, VALID_ROWS)
 at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK           # (N,): the [MASK] positions
 unigram_piece = Counter(PROSE_IDS["train"].tolist()).most_common(1)[0][0]
@@ -2057,23 +2110,36 @@ def at_mask_acc(pred: torch.Tensor) -> float:
 
 
 always = torch.full_like(gold, unigram_piece)
+short_eval = evaluate(short_bert)
 mlm_rows = {"unigram: always the most frequent piece": at_mask_acc(always),
             "bigram: the left neighbour": at_mask_acc(ngram_fill(VALID_ROWS, "left")),
             "n-gram: both neighbours": at_mask_acc(ngram_fill(VALID_ROWS, "both")),
-            "BERT, short run": evaluate(short_bert)["ch06_real_mlm_acc"],
+            "BERT, short run": short_eval["ch06_real_mlm_acc"],
             "BERT, longer run": long_record["metrics"]["ch06_real_mlm_acc"]}
-for name, acc in mlm_rows.items():
-    print(f"{name:40s} {100 * acc:5.1f}% of the [MASK] positions")
+# perplexity: exp of the mean cross-entropy per masked piece (lower is better)
+mlm_ppl = [math.exp(ngram_nll(VALID_ROWS, sides)) for sides in ("none", "left", "both")]
+mlm_ppl += [math.exp(short_eval["ch06_real_mlm_loss"]),
+            math.exp(long_record["metrics"]["ch06_real_mlm_loss"])]
+print(f"{'':40s} {'accuracy':>9s} {'perplexity':>11s}")
+for (name, acc), ppl in zip(mlm_rows.items(), mlm_ppl):
+    print(f"{name:40s} {100 * acc:8.1f}% {ppl:11.0f}")
 print(f"({int(at_mask.sum())} [MASK] positions in 1000 validation rows; the most frequent piece is "
       f"{PIECES[unigram_piece]!r})")
-for key, (name, acc) in zip(("unigram", "bigram", "ngram", "short", "long"), mlm_rows.items()):
+for key, acc, ppl in zip(("unigram", "bigram", "ngram", "short", "long"), mlm_rows.values(),
+                         mlm_ppl):
     glue(f"ch06_real_acc_{key}", 100 * acc)
+    glue(f"ch06_real_ppl_{key}", ppl)
 glue("ch06_real_mask_positions", int(at_mask.sum()))
 short_names = ("the unigram guess", "the bigram", "the two-neighbour n-gram")
 beaten = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] > acc]
 kept = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] <= acc]
 glue("ch06_real_verdict", "the longer run beats " + (" and ".join(beaten) or "no baseline")
      + ("" if not kept else ", but not " + " and ".join(kept)))
+ppl_beaten = [n for n, ppl in zip(short_names, mlm_ppl) if mlm_ppl[-1] < ppl]
+ppl_kept = [n for n, ppl in zip(short_names, mlm_ppl) if mlm_ppl[-1] >= ppl]
+glue("ch06_real_ppl_verdict", "the longer run is below "
+     + (" and ".join(ppl_beaten) or "no baseline")
+     + ("" if not ppl_kept else ", but not below " + " and ".join(ppl_kept)))
 glue("ch06_real_vocab", len(PIECES))
 glue("ch06_real_train_pieces", len(PROSE_IDS["train"]))
 glue("ch06_real_params", sum(p.numel() for p in short_bert.parameters()))
@@ -2116,6 +2182,16 @@ plt.show()
 # when it stopped. In this run {glue:text}`ch06_real_verdict`: a model
 # this small, trained for minutes on 0.4 million pieces, has not yet learned
 # all that counting a piece's neighbours gives.
+#
+# Perplexity, the exponential of the mean cross-entropy per masked piece,
+# says the same with the whole distribution instead of the top answer
+# (lower is better). The longer run's is
+# {glue:text}`ch06_real_ppl_long:.0f` (the short run's
+# {glue:text}`ch06_real_ppl_short:.0f`). The count models, smoothed by
+# Witten-Bell so that no parameter is tuned, score
+# {glue:text}`ch06_real_ppl_unigram:.0f` (unigram),
+# {glue:text}`ch06_real_ppl_bigram:.0f` (left neighbour) and
+# {glue:text}`ch06_real_ppl_ngram:.0f` (both neighbours): {glue:text}`ch06_real_ppl_verdict`.
 #
 # Here are the five pieces each run likes best for a word masked in
 # held-out sentences, with their probabilities.
@@ -2516,7 +2592,10 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 #   classification, span QA (start and end vectors) and tagging; or its
 #   frozen layers serve as features. Pre-trained on 0.4 million pieces of
 #   Python's documentation, our BERT fills held-out `[MASK]`s:
-#   {glue:text}`ch06_real_verdict`. Fine-tuned to tell a French translation from a
+#   {glue:text}`ch06_real_verdict`; in perplexity
+#   ({glue:text}`ch06_real_ppl_long:.0f` against
+#   {glue:text}`ch06_real_ppl_ngram:.0f` for the two-neighbour n-gram),
+#   {glue:text}`ch06_real_ppl_verdict`. Fine-tuned to tell a French translation from a
 #   near miss, it beats the same model trained from scratch:
 #   {glue:text}`ch06_ft_gain_all`.
 # * WordPiece (vocabulary learned by likelihood, as in Schuster and
