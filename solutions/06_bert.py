@@ -1745,8 +1745,8 @@ claim("allmask_replaced_below_mask", "In most runs (at least 8 in 10) the 100%-[
 #
 # This is the paper's mismatch argument at work. A model that only ever
 # predicted at `[MASK]` had no reason to keep a real token's features
-# intact, and a frozen feature extractor cannot adjust them. The word
-# itself survives (the probe above); the type that went with it is harder
+# intact, and a frozen feature extractor cannot adjust them. Most of the
+# word survives (the probe above); the type that went with it is harder
 # to read. The paper's Table 8 found the same direction on real NER: with
 # frozen features, 100% `[MASK]` cost 0.9 F1, the largest drop in the
 # table, and the paper calls it "problematic". Our tiny models' gap moves
