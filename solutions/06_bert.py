@@ -1522,7 +1522,7 @@ glue("ch06_pca_beats_concat", sum(f["ch06_pca_minus_last"] > f["ch06_concat_minu
 # dev sentences {glue:text}`ch06_last_minus_emb_lo:.1f` to
 # {glue:text}`ch06_last_minus_emb_hi:.1f`). Over the runs of the check the
 # best contextual row ranges from below the embeddings to more than 10 F1
-# above them (claims below): after 600 steps, how much context the encoder
+# above them (claims below): after {glue:text}`ch06_steps` steps, how much context the encoder
 # carries into a word's state depends on the run. The control row does not
 # settle whether a gain of the concatenation is width: projected on 32
 # principal components, its difference from the last layer alone ranges
