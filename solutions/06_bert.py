@@ -2646,7 +2646,7 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 #   ({glue:text}`ch06_real_ppl_long:.0f` against
 #   {glue:text}`ch06_real_ppl_ngram:.0f` for the two-neighbour n-gram),
 #   {glue:text}`ch06_real_ppl_verdict`. Fine-tuned to tell a French translation from a
-#   near miss, it beats the same model trained from scratch:
+#   near miss, against the same model trained from scratch:
 #   {glue:text}`ch06_ft_gain_all`. On the test pairs of the page's run, the
 #   gain's paired bootstrap interval ({glue:text}`ch06_ft_pair_lo:.1f` to
 #   {glue:text}`ch06_ft_pair_hi:.1f`) {glue:text}`ch06_ft_pair_verdict`.
