@@ -1481,6 +1481,18 @@ print(f"{run['ch06_inverted_pairs']} of 15 pairs of the 80/10/10 rows ordered ag
 spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
        | {f"ch06_f1am_{s}": f"100% [MASK], {s}" for s in ("embedding", "last", "concat_last_four")},
        digits=1)
+# the width control over every recorded run of the check (this run's figures if none)
+from attnkit.claims import confirmation_runs, load_record, record_runs, seen_runs
+
+feature_record = load_record("06_bert")
+recorded = [r["figures"] for r in record_runs(feature_record) + seen_runs(feature_record)
+            + confirmation_runs(feature_record)] or [run]
+glue("ch06_pca_runs", len(recorded))
+glue("ch06_pca_min", min(f["ch06_pca_minus_last"] for f in recorded))
+glue("ch06_pca_max", max(f["ch06_pca_minus_last"] for f in recorded))
+glue("ch06_pca_above", sum(f["ch06_pca_minus_last_lo"] > 0 for f in recorded))
+glue("ch06_pca_beats_concat", sum(f["ch06_pca_minus_last"] > f["ch06_concat_minus_last"]
+                                  for f in recorded))
 
 # %% [markdown]
 # | features | BERT paper F1 (BERT-base, CoNLL-2003) | 80/10/10 (this page) | 100% `[MASK]` (this page) |
@@ -1497,64 +1509,30 @@ spread({f"ch06_f1_{s}": f"80/10/10, {s}" for s in list(PAPER) + ["concat_pca"]}
 # days of pre-training on 3.3 billion words), weighted sums, a BiLSTM
 # tagger on real news text and the mean of five restarts; ours from a
 # 6-layer model of width 32 pre-trained for {glue:text}`ch06_pretrain_s:.0f`
-# s, plain sums and a linear tagger. The embedding layer sees no
-# context: it knows a name's usual type, which is right for about three
-# names in four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. In
-# this run the contextual rows of the 80/10/10 model score
-# {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`.
-# Over the runs of the check the best of them ranges from a few points
-# below the embeddings (in those runs every contextual row scores below
-# them) to far above them (the table above gives each row's range; claims
-# below):
-# after 600 steps the encoder is early in training, and how much of the cue
-# it carries into a name's state depends on the run (exercise 7 trains
-# longer). The
-# last hidden state minus the embeddings is
-# {glue:text}`ch06_last_minus_emb:.1f` F1 here (a 95% bootstrap interval
-# over the dev sentences of {glue:text}`ch06_last_minus_emb_lo:.1f` to
-# {glue:text}`ch06_last_minus_emb_hi:.1f`); its sign changes with the seed.
+# s, plain sums and a linear tagger. The embedding layer sees no context:
+# it knows a name's usual type, which is right for about three names in
+# four, hence its F1 of {glue:text}`ch06_f1_embedding:.1f`. In this run the
+# contextual rows of the 80/10/10 model score
+# {glue:text}`ch06_f1_worst_contextual:.1f` to {glue:text}`ch06_f1_best:.1f`,
+# and the last layer minus the embeddings is
+# {glue:text}`ch06_last_minus_emb:.1f` F1 (95% bootstrap interval over the
+# dev sentences {glue:text}`ch06_last_minus_emb_lo:.1f` to
+# {glue:text}`ch06_last_minus_emb_hi:.1f`). Over the runs of the check the
+# best contextual row ranges from below the embeddings to more than 10 F1
+# above them (claims below): after {glue:text}`ch06_steps` steps, how much context the encoder
+# carries into a word's state depends on the run. The control row does not
+# settle whether a gain of the concatenation is width: projected on 32
+# principal components, its difference from the last layer alone ranges
+# from {glue:text}`ch06_pca_min:.1f` to {glue:text}`ch06_pca_max:.1f` F1
+# over the {glue:text}`ch06_pca_runs` recorded runs, its interval lies above
+# 0 in {glue:text}`ch06_pca_above` of them, and in
+# {glue:text}`ch06_pca_beats_concat` the projection scores above the full
+# concatenation.
 #
 # **In one sentence:** at this budget the five contextual choices reorder
 # from run to run, and in some runs they differ far beyond the noise, so
 # this page does not reproduce the paper's ranking of Table 7; exercise 7
 # trains longer.
-#
-# ```{admonition} The details: which orderings can be trusted?
-# :class: dropdown
-# In this run the contextual rows are
-# within a few points of each other, about the noise of a 500-sentence dev
-# set (in other runs they spread wider), and they reorder from run to run
-# (the table above gives each row's range over the runs of the check).
-# The concatenation of the last four layers is
-# {glue:text}`ch06_concat_minus_last:.1f` F1 away from the last layer here
-# (interval {glue:text}`ch06_concat_minus_last_lo:.1f` to
-# {glue:text}`ch06_concat_minus_last_hi:.1f`; its rank among the six rows
-# is {glue:text}`ch06_rank_concat`), and the control row says what to
-# make of any gain: projected on 32 principal components, as narrow as one layer, it
-# scores {glue:text}`ch06_f1_concat_pca:.1f` F1, a difference of
-# {glue:text}`ch06_pca_minus_last:.1f` from the last layer alone
-# (interval {glue:text}`ch06_pca_minus_last_lo:.1f` to
-# {glue:text}`ch06_pca_minus_last_hi:.1f`), and in most runs of the check
-# the interval of that difference does not lie above 0 (claim below;
-# in some runs the projection scores below the last layer, in others about
-# half of the concatenation's gain remains). So the
-# concatenation's gain, if any (its interval above may include 0), is not
-# shown to survive projection to 32 principal components (nor, in some
-# runs, shown to be lost: the difference's interval is wide). That
-# does not tell width from information: extra inputs help a linear tagger
-# only if they carry something not linearly readable from the last layer.
-# And the principal components are taken on the unstandardised
-# concatenation, whose four layers differ in scale (only the last passes
-# through the final LayerNorm), so the top 32 directions may favour the
-# larger-scale layers and drop much of the last one.
-# (Other causes of the differences with the paper: our layers are pre-norm,
-# so only the last state passes through the final LayerNorm, and every
-# other hidden state is the raw residual stream, whose scale differs from
-# layer to layer; the standardisation evens the features' scales only after
-# the sums are taken.) Read the table as "at this budget, how much context
-# the frozen features hold changes from run to run", not as a ranking of the
-# six choices.
-# ```
 
 # %% tags=["skip-grading", "hide-input"]
 claim("context_sometimes_below", "In some runs (at least 1 in 10) every contextual row of the "
@@ -1599,6 +1577,17 @@ for key, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]")):
           f"{run[f'ch06_probe_replaced_{key}']:12.1f} "
           f"{run[f'ch06_probe_untouched_{key}']:13.1f} {run[f'ch06_ident_last_{key}']:13.1f} "
           f"{run[f'ch06_ident_head_{key}']:12.1f}")
+# the control: the model with the page's pretrain init (seed 0) and no training
+torch.manual_seed(0)
+untrained = TinyBert(len(WORDS)).to(next(run["models"]["801010"].parameters()).device).eval()
+ident_untrained = identity_probe(untrained)
+glue("ch06_ident_last_untrained", ident_untrained[0])
+glue("ch06_ident_head_untrained", ident_untrained[1])
+glue("ch06_head_gap_untouched",
+     run["ch06_probe_untouched_801010"] - run["ch06_probe_untouched_allmask"])
+glue("ch06_ident_gap", run["ch06_ident_last_801010"] - run["ch06_ident_last_allmask"])
+print(f"{'untrained':14s} {'':10s} {'':12s} {'':13s} {ident_untrained[0]:13.1f} "
+      f"{ident_untrained[1]:12.1f}")
 spread({f"ch06_{m}_{k}": f"{label}, {name}" for m, label in
         (("probe_untouched", "head at untouched tokens"), ("ident_last", "probe on the last layer"))
         for k, name in (("801010", "80/10/10"), ("allmask", "100% [MASK]"))}, digits=1)
@@ -1636,6 +1625,7 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # |---|---|---|---|---|---|
 # | 80/10/10 | {glue:text}`ch06_mlm_acc_801010:.1f` | {glue:text}`ch06_probe_replaced_801010:.1f` | {glue:text}`ch06_probe_untouched_801010:.1f` | {glue:text}`ch06_ident_last_801010:.1f` | {glue:text}`ch06_ident_head_801010:.1f` |
 # | 100% `[MASK]` | {glue:text}`ch06_mlm_acc_allmask:.1f` | {glue:text}`ch06_probe_replaced_allmask:.1f` | {glue:text}`ch06_probe_untouched_allmask:.1f` | {glue:text}`ch06_ident_last_allmask:.1f` | {glue:text}`ch06_ident_head_allmask:.1f` |
+# | untrained (same init) | | | | {glue:text}`ch06_ident_last_untrained:.1f` | {glue:text}`ch06_ident_head_untrained:.1f` |
 #
 # At `[MASK]` positions the 80/10/10 model is a few points ahead, in every
 # run of the check (claim below). Through the
@@ -1643,17 +1633,26 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # gives the right word at only {glue:text}`ch06_probe_untouched_allmask:.1f`%
 # of the untouched positions, the 80/10/10 model's at
 # {glue:text}`ch06_probe_untouched_801010:.1f`%. But that is the head, not
-# the representation. A linear probe reads the word from the 100%-`[MASK]`
-# model's last layer at {glue:text}`ch06_ident_last_allmask:.1f`% (the
-# 80/10/10 model's at {glue:text}`ch06_ident_last_801010:.1f`%): the word is
-# there; the head, never asked to name a real token, does not read it out.
+# the representation. The control is the same model with this run's
+# initial weights and no training: a linear probe reads the word from its
+# last layer at {glue:text}`ch06_ident_last_untrained:.1f`%, because at
+# initialisation the residual path carries each token's embedding to the
+# last layer. The probe reads the word from the 80/10/10 model's last layer
+# at {glue:text}`ch06_ident_last_801010:.1f`% and from the 100%-`[MASK]`
+# model's at {glue:text}`ch06_ident_last_allmask:.1f`%. In every run of the
+# check the 100%-`[MASK]` model stays at 98.5% or below and below the
+# 80/10/10 model (claims below). Most of the word is still there; the
+# 100%-`[MASK]` head, never asked to name a real token, does not read it
+# out.
 # Nor does a right token help it: it names the word no more often at an
 # untouched token than at a replaced one (here
 # {glue:text}`ch06_probe_untouched_allmask:.1f`% against
 # {glue:text}`ch06_probe_replaced_allmask:.1f`%; in every run of the check
 # at most a point more, claim below).
-# So the gap between the two heads shows what each model was trained to
-# output, not that one representation forgot the word.
+# So the gap between the two heads at untouched tokens
+# ({glue:text}`ch06_head_gap_untouched:.1f` points) is mostly what each head
+# was trained to output; the two last layers differ by
+# {glue:text}`ch06_ident_gap:.1f` points.
 #
 # At a randomly replaced token, a head that trusted its input would answer
 # the random word. Both heads name the original word instead at
@@ -1665,8 +1664,9 @@ glue("ch06_n_at_replaced", n_at_replaced)
 # replaced tokens from the context.
 #
 # **In one sentence:** the 80/10/10 model fills `[MASK]` better in every
-# run, and both models keep a real token's identity in their last layer,
-# but only the 80/10/10 model's head reads it out.
+# run; both models keep most of a real token's identity in their last
+# layer, the 100%-`[MASK]` model loses more of it, and only the 80/10/10
+# model's head reads it out.
 #
 # ```{admonition} The details: how large are the gaps at replaced tokens?
 # :class: dropdown
@@ -1695,9 +1695,15 @@ claim("allmask_head_gains_nothing_from_input", "The 100%-[MASK] model's head nam
 claim("head_reads_real_tokens", "At untouched tokens the 80/10/10 model's MLM head names the word "
       "at least 30 points more often than the 100%-[MASK] model's.",
       lambda g: g["ch06_probe_untouched_801010"] >= g["ch06_probe_untouched_allmask"] + 30)
-claim("word_in_representation", "A linear probe reads the word from the 100%-[MASK] model's last "
-      "layer at 90% or more.",
-      lambda g: g["ch06_ident_last_allmask"] >= 90)
+claim("word_in_representation", "A linear probe reads the word from the last layer of each "
+      "pre-trained model at 90% or more.",
+      lambda g: min(g["ch06_ident_last_801010"], g["ch06_ident_last_allmask"]) >= 90)
+claim("allmask_loses_word", "The probe reads the word from the 100%-[MASK] model's last layer at "
+      "98.5% or less.",
+      lambda g: g["ch06_ident_last_allmask"] <= 98.5)
+claim("allmask_loses_more", "The probe reads the word less often from the 100%-[MASK] model's "
+      "last layer than from the 80/10/10 model's.",
+      lambda g: g["ch06_ident_last_allmask"] < g["ch06_ident_last_801010"])
 claim("replaced_tokens_corrected", "Both heads name the original word at more than 8% of the "
       "randomly replaced tokens, above always answering 'and' (a head that trusted its input "
       "would almost never).",
@@ -1738,8 +1744,8 @@ claim("allmask_replaced_below_mask", "In most runs (at least 8 in 10) the 100%-[
 #
 # This is the paper's mismatch argument at work. A model that only ever
 # predicted at `[MASK]` had no reason to keep a real token's features
-# intact, and a frozen feature extractor cannot adjust them. The word
-# itself survives (the probe above); the type that went with it is harder
+# intact, and a frozen feature extractor cannot adjust them. Most of the
+# word survives (the probe above); the type that went with it is harder
 # to read. The paper's Table 8 found the same direction on real NER: with
 # frozen features, 100% `[MASK]` cost 0.9 F1, the largest drop in the
 # table, and the paper calls it "problematic". Our tiny models' gap moves
@@ -1986,28 +1992,8 @@ def prose_bert(model: nn.Module, steps: int, device: torch.device, batch: int = 
     return log
 
 # %% tags=["skip-grading", "hide-input"]
+import math
 from collections import Counter
-
-import matplotlib.pyplot as plt
-
-torch.manual_seed(0)
-_cpu0 = time.process_time()
-short_bert = build()
-short_log = prose_bert(short_bert, steps=300, device=torch.device("cpu"))   # your short run
-short_cpu = time.process_time() - _cpu0
-long_bert, long_record = prose_bert.load(), prose_bert.record()
-torch.set_num_threads(2)
-
-# your wordpiece_tokenize against HF's encoder, on every distinct word of the validation text
-valid_words = {w for d in corpora.prose("valid")
-               for w, _ in WP.pre_tokenizer.pre_tokenize_str(WP.normalizer.normalize_str(d.text))}
-same_pieces = sum(wordpiece_tokenize(w, WP.get_vocab()) == [t.value for t in WP.model.tokenize(w)]
-                  for w in valid_words)
-print(f"your wordpiece_tokenize cuts {same_pieces} of the {len(valid_words)} distinct "
-      f"validation words as HF's WordPiece does")
-relearned = set(train_wordpiece([d.text for d in corpora.prose("train")]).get_vocab())
-print(f"learned again, {len(relearned - set(PIECES))} of the {len(PIECES)} pieces differ from the "
-      f"committed vocabulary")
 
 
 def ngram_fill(rows, sides: str) -> torch.Tensor:
@@ -2037,6 +2023,71 @@ def ngram_fill(rows, sides: str) -> torch.Tensor:
     return torch.tensor(out)
 
 
+def count_model(sides: str):
+    """prob(piece, left, right): a count model's probability of `piece` between two neighbours.
+    sides="none": add-one unigram; "left": the left neighbour's counts; "both": the two
+    neighbours', backing off to the left one, then the right one, as ngram_fill does. Each level
+    is smoothed towards the one below by Witten-Bell (weight: the number of distinct pieces seen
+    in that context), so no parameter is tuned; a special piece or [MASK] is no neighbour."""
+    train = PROSE_IDS["train"].tolist()
+    uni = Counter(train)
+    pairs, triples = Counter(zip(train, train[1:])), Counter(zip(train, train[1:], train[2:]))
+    seen = {"left": Counter(a for a, _ in pairs), "right": Counter(b for _, b in pairs),
+            "both": Counter((a, c) for a, _, c in triples)}
+    total = {"left": Counter(train[:-1]), "right": Counter(train[1:]),
+             "both": Counter(zip(train, train[2:]))}
+
+    def smooth(level: str, context, n: int, lower: float) -> float:
+        if total[level][context] == 0:
+            return lower
+        kinds = seen[level][context]
+        return (n + kinds * lower) / (total[level][context] + kinds)
+
+    def prob(g: int, a: int, c: int) -> float:
+        p = (uni[g] + 1) / (len(train) + len(PIECES))
+        if sides != "none" and a >= 5:
+            p = smooth("left", a, pairs[(a, g)], p)
+        elif sides == "both" and c >= 5:
+            p = smooth("right", c, pairs[(g, c)], p)
+        if sides == "both" and min(a, c) >= 5:
+            p = smooth("both", (a, c), triples[(a, g, c)], p)
+        return p
+    return prob
+
+
+def ngram_nll(rows, sides: str) -> float:
+    """The mean cross-entropy (nats) of count_model(sides) at every selected position of rows,
+    given the same corrupted input as the model."""
+    prob, (inputs, _, labels) = count_model(sides), rows
+    return -sum(math.log(prob(labels[i, t].item(), inputs[i, t - 1].item(),
+                              inputs[i, t + 1].item()))
+                for i, t in (labels != -100).nonzero().tolist()) / int((labels != -100).sum())
+
+# %% tags=["skip-grading", "hide-input"]
+import math
+from collections import Counter
+
+import matplotlib.pyplot as plt
+
+torch.manual_seed(0)
+_cpu0 = time.process_time()
+short_bert = build()
+short_log = prose_bert(short_bert, steps=300, device=torch.device("cpu"))   # your short run
+short_cpu = time.process_time() - _cpu0
+long_bert, long_record = prose_bert.load(), prose_bert.record()
+torch.set_num_threads(2)
+
+# your wordpiece_tokenize against HF's encoder, on every distinct word of the validation text
+valid_words = {w for d in corpora.prose("valid")
+               for w, _ in WP.pre_tokenizer.pre_tokenize_str(WP.normalizer.normalize_str(d.text))}
+same_pieces = sum(wordpiece_tokenize(w, WP.get_vocab()) == [t.value for t in WP.model.tokenize(w)]
+                  for w in valid_words)
+print(f"your wordpiece_tokenize cuts {same_pieces} of the {len(valid_words)} distinct "
+      f"validation words as HF's WordPiece does")
+relearned = set(train_wordpiece([d.text for d in corpora.prose("train")]).get_vocab())
+print(f"learned again, {len(relearned - set(PIECES))} of the {len(PIECES)} pieces differ from the "
+      f"committed vocabulary")
+
 _, gold = masked_predictions(long_bert, VALID_ROWS)
 at_mask = VALID_ROWS[0][VALID_ROWS[2] != -100] == R_MASK           # (N,): the [MASK] positions
 unigram_piece = Counter(PROSE_IDS["train"].tolist()).most_common(1)[0][0]
@@ -2045,23 +2096,36 @@ def at_mask_acc(pred: torch.Tensor) -> float:
 
 
 always = torch.full_like(gold, unigram_piece)
+short_eval = evaluate(short_bert)
 mlm_rows = {"unigram: always the most frequent piece": at_mask_acc(always),
             "bigram: the left neighbour": at_mask_acc(ngram_fill(VALID_ROWS, "left")),
             "n-gram: both neighbours": at_mask_acc(ngram_fill(VALID_ROWS, "both")),
-            "BERT, short run": evaluate(short_bert)["ch06_real_mlm_acc"],
+            "BERT, short run": short_eval["ch06_real_mlm_acc"],
             "BERT, longer run": long_record["metrics"]["ch06_real_mlm_acc"]}
-for name, acc in mlm_rows.items():
-    print(f"{name:40s} {100 * acc:5.1f}% of the [MASK] positions")
+# perplexity: exp of the mean cross-entropy per masked piece (lower is better)
+mlm_ppl = [math.exp(ngram_nll(VALID_ROWS, sides)) for sides in ("none", "left", "both")]
+mlm_ppl += [math.exp(short_eval["ch06_real_mlm_loss"]),
+            math.exp(long_record["metrics"]["ch06_real_mlm_loss"])]
+print(f"{'':40s} {'accuracy':>9s} {'perplexity':>11s}")
+for (name, acc), ppl in zip(mlm_rows.items(), mlm_ppl):
+    print(f"{name:40s} {100 * acc:8.1f}% {ppl:11.0f}")
 print(f"({int(at_mask.sum())} [MASK] positions in 1000 validation rows; the most frequent piece is "
       f"{PIECES[unigram_piece]!r})")
-for key, (name, acc) in zip(("unigram", "bigram", "ngram", "short", "long"), mlm_rows.items()):
+for key, acc, ppl in zip(("unigram", "bigram", "ngram", "short", "long"), mlm_rows.values(),
+                         mlm_ppl):
     glue(f"ch06_real_acc_{key}", 100 * acc)
+    glue(f"ch06_real_ppl_{key}", ppl)
 glue("ch06_real_mask_positions", int(at_mask.sum()))
 short_names = ("the unigram guess", "the bigram", "the two-neighbour n-gram")
 beaten = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] > acc]
 kept = [n for n, acc in zip(short_names, mlm_rows.values()) if mlm_rows["BERT, longer run"] <= acc]
 glue("ch06_real_verdict", "the longer run beats " + (" and ".join(beaten) or "no baseline")
      + ("" if not kept else ", but not " + " and ".join(kept)))
+ppl_beaten = [n for n, ppl in zip(short_names, mlm_ppl) if mlm_ppl[-1] < ppl]
+ppl_kept = [n for n, ppl in zip(short_names, mlm_ppl) if mlm_ppl[-1] >= ppl]
+glue("ch06_real_ppl_verdict", "the longer run is below "
+     + (" and ".join(ppl_beaten) or "no baseline")
+     + ("" if not ppl_kept else ", but not below " + " and ".join(ppl_kept)))
 glue("ch06_real_vocab", len(PIECES))
 glue("ch06_real_train_pieces", len(PROSE_IDS["train"]))
 glue("ch06_real_params", sum(p.numel() for p in short_bert.parameters()))
@@ -2104,6 +2168,16 @@ plt.show()
 # when it stopped. In this run {glue:text}`ch06_real_verdict`: a model
 # this small, trained for minutes on 0.4 million pieces, has not yet learned
 # all that counting a piece's neighbours gives.
+#
+# Perplexity, the exponential of the mean cross-entropy per masked piece,
+# says the same with the whole distribution instead of the top answer
+# (lower is better). The longer run's is
+# {glue:text}`ch06_real_ppl_long:.0f` (the short run's
+# {glue:text}`ch06_real_ppl_short:.0f`). The count models, smoothed by
+# Witten-Bell so that no parameter is tuned, score
+# {glue:text}`ch06_real_ppl_unigram:.0f` (unigram),
+# {glue:text}`ch06_real_ppl_bigram:.0f` (left neighbour) and
+# {glue:text}`ch06_real_ppl_ngram:.0f` (both neighbours): {glue:text}`ch06_real_ppl_verdict`.
 #
 # Here are the five pieces each run likes best for a word masked in
 # held-out sentences, with their probabilities.
@@ -2167,10 +2241,14 @@ glue("ch06_fill_sentences", len(FILL_WORDS))
 # `corpora.parallel("fr")`, messages of Sphinx and JupyterLab translated
 # by people, {glue:text}`ch06_ft_train_pairs:,.0f` pairs to train on and
 # {glue:text}`ch06_ft_test_pairs:,.0f` held out for the test. Each true
-# pair is a positive. Its negative is a **near miss**: the wrong French
-# string of the same split that a cleaner would find hardest to reject. It
-# shares the most words or placeholders with the English source, and among
-# those it has the length closest to the true translation's. A French
+# pair is a positive. Its negative is a **lexical near miss**: the wrong
+# French string of the same split that shares the most words or
+# placeholders with the English source, and among those has the length
+# closest to the true translation's. Lexical overlap is a weak test of
+# nearness: {glue:text}`ch06_ft_no_content:.0f`% of the test near misses
+# share no content word (a word of 3 letters or more, outside the 50
+# commonest) with the English source or the true translation, as in the
+# second example below, which shares only a placeholder. A
 # string whose source or translation is a variant of the true one (the
 # corpus's `fold`) is never a negative. So half the examples are
 # translations and half are not, and no label comes from the course's own
@@ -2362,7 +2440,10 @@ def fine_tune_run(condition: str, train_pairs: int, seed: int, threads: int = 1)
     return dict(scores(pred, FT_TEST[2]), cpu_s=round(time.process_time() - cpu0, 1))
 
 # %% tags=["skip-grading", "hide-input"]
+from collections import Counter
+
 from attnkit.glue import glue
+from attnkit.resample import bootstrap_interval
 
 
 def unk_share(texts: list[str]) -> float:
@@ -2385,11 +2466,57 @@ for k in (3, 12):
     print(f"  {src}\n    translation: {tgt}\n    near miss:   {FT_TEST[3][n_test + k][1]}")
 glue("ch06_ft_train_pairs", FT_ALL)
 glue("ch06_ft_test_pairs", n_test)
+# How near are the near misses? A content word: 3 letters or more, not among the 50 words found
+# in most training strings (English sources and French translations together).
+in_strings = Counter(w for p in corpora.parallel(FT_LANG, "train") for t in (p.src, p.tgt)
+                     for w in words(t))
+COMMON = {w for w, _ in in_strings.most_common(50)}
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in words(text) if w.isalpha() and len(w) >= 3 and w not in COMMON}
+
+
+no_content = sum(not content_words(FT_TEST[3][n_test + k][1])
+                 & (content_words(FT_TEST[3][k][0]) | content_words(FT_TEST[3][k][1]))
+                 for k in range(n_test))
+print(f"{no_content} of the {n_test} test near misses share no content word with their pair")
+glue("ch06_ft_no_content", 100 * no_content / n_test)
+
+def run_with_predictions(condition: str, seed: int) -> tuple[dict, torch.Tensor]:
+    """fine_tune_run for "fine-tuned" or "from scratch" on all the training pairs, one thread,
+    also returning its test predictions (the sweep's records keep only the scores)."""
+    torch.set_num_threads(1)
+    encoder = build()
+    if condition == "fine-tuned":
+        encoder.load_state_dict(FT_BERT.state_dict())
+    head = classifier_head(128, seed)
+    fit(encoder, head, first_pairs(FT_TRAIN, FT_ALL), seed, lr=1e-4)
+    pred = predict(encoder, head, FT_TEST)
+    return scores(pred, FT_TEST[2]), pred
+
 
 # your run: seed 0 of the first two conditions, on all the training pairs
 _cpu0 = time.process_time()
-ft_mine = {c: fine_tune_run(condition=c, train_pairs=FT_ALL, seed=0) for c in CONDITIONS[:2]}
+ft_mine, ft_pred = {}, {}
+for c in CONDITIONS[:2]:
+    ft_mine[c], ft_pred[c] = run_with_predictions(c, seed=0)
 glue("ch06_ft_mine_cpu", time.process_time() - _cpu0)
+# the gain on the same test pairs, with a paired bootstrap over the pairs (a pair and its near
+# miss are resampled together): accuracy points = 50 x the mean difference of right answers
+right = {c: (p == FT_TEST[2]).float() for c, p in ft_pred.items()}               # (2n,)
+per_pair = {c: r[:n_test] + r[n_test:] for c, r in right.items()}                 # (n,) 0 to 2
+pair_diff = per_pair["fine-tuned"] - per_pair["from scratch"]                     # (n,)
+pair_lo, pair_hi = bootstrap_interval(lambda idx: 50 * pair_diff[idx].mean(1), n_test)
+glue("ch06_ft_pair_gain", 50 * pair_diff.mean().item())
+glue("ch06_ft_pair_lo", pair_lo)
+glue("ch06_ft_pair_hi", pair_hi)
+print(f"paired gain on the test pairs: {50 * pair_diff.mean().item():.1f} points "
+      f"(95% bootstrap interval {pair_lo:.1f} to {pair_hi:.1f})")
+glue("ch06_ft_pair_verdict",
+     "lies above 0: the gain is larger than the noise of the test set" if pair_lo > 0 else
+     "lies below 0: pre-training costs accuracy here" if pair_hi < 0 else
+     "includes 0: the gain is not shown to be larger than the noise of the test set")
 torch.set_num_threads(2)
 ft_records = fine_tune_run.results()   # the committed records (python -m course sweeps 06)
 
@@ -2474,9 +2601,19 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 # to {glue:text}`ch06_frozen_acc_max:.1f`). So
 # {glue:text}`ch06_ft_gain_all`.
 #
-# The task is hard for a model this small. A near miss shares words with
-# the source, and telling it apart needs the meaning of French words that
-# the model met only in English text, if at all. The frozen features were
+# Seeds change only the head and the order of the examples; the test pairs
+# are the same. So the gain is also tested on the pairs, in your run: the
+# fine-tuned model answers {glue:text}`ch06_ft_pair_gain:.1f` points more
+# of the test examples right than the model from scratch, and the 95%
+# interval of a paired bootstrap over the
+# {glue:text}`ch06_ft_test_pairs:,.0f` test pairs (a pair and its near miss
+# resampled together, both models scored on the same resample, 1000
+# resamples) is {glue:text}`ch06_ft_pair_lo:.1f` to
+# {glue:text}`ch06_ft_pair_hi:.1f`. It {glue:text}`ch06_ft_pair_verdict`.
+#
+# The task is hard for a model this small. Telling a translation from a
+# near miss needs the meaning of French words that the model met only in
+# English text, if at all. The frozen features were
 # trained to fill single masked pieces, never to compare two segments;
 # fine-tuning can teach the encoder the comparison, and a head on frozen
 # states cannot.
@@ -2492,9 +2629,10 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 # * The random and unchanged tokens make every real token a possible
 #   target; real tokens are all the model sees after pre-training. In every
 #   run of the check our tiny 80/10/10 model fills `[MASK]` better than a
-#   model trained with 100% `[MASK]`. The 100%-`[MASK]` model still holds a
-#   real token's identity (a linear probe reads it), but its head does not
-#   name it, and in most runs its frozen last layer tags worse than its own
+#   model trained with 100% `[MASK]`. Both keep most of a real token's
+#   identity in their last layer (a linear probe reads it, as it reads it
+#   from an untrained model's); the 100%-`[MASK]` model loses more of it,
+#   its head does not name it, and in most runs its frozen last layer tags worse than its own
 #   embeddings. The paper found the same direction: 100% `[MASK]` was
 #   "problematic" for frozen features on NER.
 # * MLM predicts the selected tokens independently of each other (XLNet's
@@ -2504,9 +2642,14 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for r in ft_records) / 60)
 #   classification, span QA (start and end vectors) and tagging; or its
 #   frozen layers serve as features. Pre-trained on 0.4 million pieces of
 #   Python's documentation, our BERT fills held-out `[MASK]`s:
-#   {glue:text}`ch06_real_verdict`. Fine-tuned to tell a French translation from a
-#   near miss, it beats the same model trained from scratch:
-#   {glue:text}`ch06_ft_gain_all`.
+#   {glue:text}`ch06_real_verdict`; in perplexity
+#   ({glue:text}`ch06_real_ppl_long:.0f` against
+#   {glue:text}`ch06_real_ppl_ngram:.0f` for the two-neighbour n-gram),
+#   {glue:text}`ch06_real_ppl_verdict`. Fine-tuned to tell a French translation from a
+#   near miss, against the same model trained from scratch:
+#   {glue:text}`ch06_ft_gain_all`. On the test pairs of the page's run, the
+#   gain's paired bootstrap interval ({glue:text}`ch06_ft_pair_lo:.1f` to
+#   {glue:text}`ch06_ft_pair_hi:.1f`) {glue:text}`ch06_ft_pair_verdict`.
 # * WordPiece (vocabulary learned by likelihood, as in Schuster and
 #   Nakajima; BERT's tokenizer encodes greedily, longest match first, with
 #   `##` continuations), BPE (learned frequent-pair merges, replayed in

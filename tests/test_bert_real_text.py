@@ -11,12 +11,13 @@ from attnkit import corpora
 
 @pytest.fixture(scope="module")
 def ch06() -> dict:
-    """The reference's graded path, then the checkpoint cell and the fine-tuning data cell."""
+    """The reference's graded path, then the checkpoint cell, the count baselines' cell and the
+    fine-tuning data cell."""
     from autograder.reference import load_reference
     from course.exercises import read_solution
     ns = dict(vars(load_reference("06_bert")))
     cells = [c.source for c in read_solution("06_bert").cells if c.cell_type == "code"]
-    for marker in ('@checkpoint("06_bert"', "def near_misses("):
+    for marker in ('@checkpoint("06_bert"', "def count_model(", "def near_misses("):
         source = next(s for s in cells if marker in s)
         exec(compile(source, f"<06_bert: {marker}>", "exec"), ns)
     return ns
@@ -39,6 +40,19 @@ def test_your_wordpiece_cuts_words_as_the_trained_tokenizer_does(ch06):
     assert len(words) > 500
     for w in sorted(words):
         assert ch06["wordpiece_tokenize"](w, vocab) == [t.value for t in wp.model.tokenize(w)], w
+
+
+@pytest.mark.parametrize("sides", ["none", "left", "both"])
+def test_each_count_baseline_is_a_probability_distribution(ch06, sides):
+    """Perplexity compares models only if each gives probabilities that sum to 1 over the
+    vocabulary: does the smoothed count model, whatever neighbours it sees or backs off from?"""
+    prob, train = ch06["count_model"](sides), ch06["PROSE_IDS"]["train"].tolist()
+    seen_a, seen_c = train[100], train[102]
+    unseen = next(p for p in range(5, len(ch06["PIECES"])) if p not in set(train))
+    for left, right in ((seen_a, seen_c), (seen_a, ch06["R_MASK"]), (ch06["R_MASK"], seen_c),
+                        (ch06["R_MASK"], ch06["R_SEP"]), (unseen, seen_c), (seen_c, seen_a)):
+        total = sum(prob(g, left, right) for g in range(len(ch06["PIECES"])))
+        assert total == pytest.approx(1, abs=1e-9), (left, right)
 
 
 def test_a_near_miss_is_never_the_translation_nor_a_variant_of_it(ch06):
