@@ -1056,8 +1056,10 @@ for fixed in (False, True):
 # its second thread, and a reviewer's 2-thread run of the old CPU-time
 # measurement made LSH look slower than written-out attention. One thread
 # has nothing to wait for but the CPU. The two ratios the text claims are
-# measured in 5 interleaved pairs (LSH, the other, LSH, ...), so that a
-# burst of load slows both calls of a pair alike; each ratio is the median
+# measured in 5 interleaved pairs after one untimed warm-up pair: the other
+# attention then LSH, then LSH then the other, and so on, so that neither
+# call always goes first and a burst of load slows both calls of a pair
+# alike; each ratio is the median
 # of the 5 per-pair ratios, and its interquartile range is recorded with it.
 # The other points of the plot are the median of 3 runs. The claims check
 # fails a timing claim whose margin (on the log scale) is smaller than its
@@ -1568,7 +1570,7 @@ claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than w
 # never saw in training, so part of the gap is likely the model being
 # adapted to its own hash. Full attention shows how large that part can be:
 # it gives every query all of its earlier keys, a superset of any window,
-# and is still *less* accurate than LSH attention with one round. A fair
+# and is still *less* accurate than LSH attention with two rounds. A fair
 # test of the hash would train a model with random buckets and compare it
 # with the LSH-trained one, as the paper's Table 2 compares models trained
 # with different attention; we do not run it here. Random buckets also
@@ -1590,8 +1592,8 @@ claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 
       and (g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"]
            >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"])))
 claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH "
-      "attention with one round.",
-      lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_1"])
+      "attention with two rounds.",
+      lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_2"])
 
 # %% [markdown]
 # How much of this is seed 0? This run's figures, next to their mean and
@@ -1811,9 +1813,9 @@ claim("error_falls", "The approximation error falls with every doubling of the r
 
 # %% tags=["skip-grading", "hide-input"]
 claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the oracle's; with "
-      "the paper's 16 buckets it is within 0.03 of it.",
+      "the paper's 16 buckets it is at most 0.03 above it.",
       lambda g: g["ch08_approx_err_8"] < g["ch08_oracle_err"]
-      and abs(g["ch08_approx_err_b16_8"] - g["ch08_oracle_err"]) <= 0.03)
+      and g["ch08_approx_err_b16_8"] - g["ch08_oracle_err"] <= 0.03)
 
 # %% tags=["skip-grading", "hide-input"]
 spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in ROUNDS},
