@@ -1575,8 +1575,8 @@ claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than w
 # with the LSH-trained one, as the paper's Table 2 compares models trained
 # with different attention; we do not run it here. Random buckets also
 # climb with rounds, from {glue:text}`ch08_dup_rand_1:.2f` to
-# {glue:text}`ch08_dup_rand_8:.2f`, at least half as much as LSH buckets do
-# in every run of the claims check: in a sequence this short, each round's
+# {glue:text}`ch08_dup_rand_8:.2f` here, and they climb in every run of
+# the claims check: in a sequence this short, each round's
 # window covers half the sequence, and more rounds cover more of it whatever
 # the buckets. So the rise with rounds is likely in good part coverage, not
 # the hash finding the right key more often; a test at the paper's
@@ -1586,11 +1586,8 @@ claim("rounds_help", "Evaluated with 8 rounds, the model is more accurate than w
 # %% tags=["skip-grading", "hide-input"]
 claim("hash_beats_random", "With 1, 2, 4 or 8 rounds, LSH buckets beat random buckets.",
       lambda g: all(g[f"ch08_dup_acc_{r}"] > g[f"ch08_dup_rand_{r}"] for r in (1, 2, 4, 8)))
-claim("random_climbs", "Random buckets also gain at least 0.05 in accuracy from 1 to 8 rounds, and "
-      "at least half as much as LSH buckets gain.",
-      lambda g: g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"] >= 0.05
-      and (g["ch08_dup_rand_8"] - g["ch08_dup_rand_1"]
-           >= 0.5 * (g["ch08_dup_acc_8"] - g["ch08_dup_acc_1"])))
+claim("random_climbs", "Random buckets are also more accurate with 8 rounds than with 1.",
+      lambda g: g["ch08_dup_rand_8"] > g["ch08_dup_rand_1"])
 claim("full_below_lsh", "On the LSH-trained model, full attention is less accurate than LSH "
       "attention with two rounds.",
       lambda g: g["ch08_dup_full"] < g["ch08_dup_acc_2"])
