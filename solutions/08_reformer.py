@@ -1019,8 +1019,8 @@ for fixed in (False, True):
 # bit; LSH attention's memory depends on how it is written (the two
 # solutions differ) and moves by less than a percent from run to run, even
 # with the same seed and threads (this page's run and the check's); the
-# approximation figures move with the seed and the solution, not with the
-# thread count; the duplication figures (a training run) move with the
+# approximation figures move with the seed (the two solutions agree to
+# float rounding), not with the thread count; the duplication figures (a training run) move with the
 # seed, the thread count and the solution; times move with everything,
 # the machine's load included. With the same code, seed, threads and
 # machine a run repeats bit for bit, except the times and LSH attention's
