@@ -2309,7 +2309,8 @@ def words(text: str) -> set[str]:
 def near_misses(pairs) -> list[int]:
     """For each pair, the index of the wrong translation in the same split with the highest
     score: words (or placeholders) shared with the English source, minus |log(its length / the
-    true translation's length)|. Translations of the same folded source or target are never a negative."""
+    true translation's length)|. Translations of the same folded source or target are never a
+    negative."""
     src, tgt = [words(p.src) for p in pairs], [words(p.tgt) for p in pairs]
     vocab = {w: i for i, w in enumerate(sorted(set().union(*src) & set().union(*tgt)))}
     def hot(sets):
