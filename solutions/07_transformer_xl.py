@@ -1986,9 +1986,8 @@ class PermutationLM(nn.Module):
 # %% tags=["skip-grading", "hide-input"]
 import time
 
-from tqdm.auto import tqdm
-
 from attnkit.glue import glue
+from attnkit.train import progress
 
 K_TRAIN, K_EVAL, STEPS = 2, 6, 600
 
@@ -2000,7 +1999,7 @@ def train_lm(mode: str, steps: int = STEPS, seed: int = 0) -> PermutationLM:
     model = PermutationLM(len(CHARS))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, 3e-3, total_steps=steps, pct_start=0.05)
-    for _ in tqdm(range(steps), desc=mode, leave=False):
+    for _ in progress(range(steps), steps, mode):
         start = torch.randint(len(TRAIN_IDS) - WINDOW, (32,), generator=gen)
         x = TRAIN_IDS[start[:, None] + torch.arange(WINDOW)]               # (32, WINDOW)
         perm = torch.arange(WINDOW) if mode == "ltr" else torch.randperm(WINDOW, generator=gen)
