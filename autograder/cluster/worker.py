@@ -36,6 +36,7 @@ from pathlib import Path
 from distributed import WorkerPlugin, get_worker
 
 from autograder.batch.io import Job
+from autograder.harness.scratch import owned_tempdir
 
 
 class CourseMismatch(RuntimeError):
@@ -176,7 +177,7 @@ def grade_job(job: Job, plugin: GraderPlugin) -> dict:
 def grade_remote(plugin_name: str, name: str, filename: str, data: bytes | None, student: str | None = None) -> dict:
     """The task: grade the submission `data` (the bytes of file `filename`, by `student`) on this worker."""
     plugin = get_worker().plugins[plugin_name]
-    folder = Path(tempfile.mkdtemp(prefix="autograder-sub-"))
+    folder = Path(owned_tempdir("autograder-sub-"))
     try:
         path = folder / (Path(filename).name or "submission.ipynb")
         if data is not None:  # None: the client could not read the file; grading says so

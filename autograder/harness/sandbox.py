@@ -29,8 +29,10 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from autograder.harness.scratch import sweep
+
 HERE = Path(__file__).resolve().parent
-SANDBOX_FILES = ("worker.py", "wire.py", "zygote.py", "simulated_cuda.py")
+SANDBOX_FILES = ("worker.py", "wire.py", "zygote.py", "simulated_cuda.py", "scratch.py")
 GiB, MiB = 1 << 30, 1 << 20
 SANDBOX_UID = 1000  # the student's uid inside the namespaces when the grader runs as root
 CAP_DAC_READ_SEARCH = 2
@@ -262,7 +264,8 @@ class Sandbox:
         self.host_uid = random_host_uid() if is_root() else None  # the students' uid on the host
         self.restarts = 0
         self.cuda: bool | None = None  # whether its student processes can use CUDA: `student.cuda_usable`
-        self._tmp = tempfile.TemporaryDirectory(prefix="autograder-sandbox-")
+        sweep("autograder-sandbox-")  # staging folders of killed processes
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"autograder-sandbox-{os.getpid()}-")
         self._lock = threading.Lock()
         self._start()
 

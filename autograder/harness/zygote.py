@@ -38,6 +38,11 @@ import tempfile
 import time
 from typing import Callable
 
+try:
+    from scratch import owned_tempdir
+except ImportError:  # imported as part of the autograder package
+    from autograder.harness.scratch import owned_tempdir
+
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
@@ -391,7 +396,7 @@ def kill_uid(uid: int, rounds: int = 1000) -> None:
 
 def private_tmp(uid: int | None) -> str:
     """A fresh temporary folder only the submission's uid may use (process mode)."""
-    path = tempfile.mkdtemp(prefix="autograder-student-")
+    path = owned_tempdir("autograder-student-")
     if uid is not None:
         os.chown(path, uid, uid)
     return path
