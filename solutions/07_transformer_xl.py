@@ -712,9 +712,16 @@ print(torch.allclose(layer(h_other, g, perm)[0][0, 3], new_h[0, 3]))  # False: h
 # XLNet does not train every step of an order. It cuts the order and
 # predicts only the last $1/K$ of its steps, the ones with the most context
 # ($K = 6$ in the paper). `partial_prediction_targets` returns which
-# positions are targets and the one-hot `target_mapping` that the authors'
-# and Hugging Face's code use to pick the query stream's rows at the targets,
-# so the output layer runs on the targets only.
+# positions are targets and the one-hot `target_mapping`, as the authors'
+# and Hugging Face's code build it. In their code the query stream has one
+# row per target from the first layer on, not one per position. In every
+# layer `target_mapping` scatters its queries to their positions in the
+# sequence and gathers the attention output back. So every layer's query
+# stream costs $T/K$ rows, not $T$. This chapter's model keeps the query
+# stream at all $T$ positions, which is simpler to read, and uses
+# `target_mapping` only at the output layer. The targets' rows are the same
+# either way: a query row attends to the content stream, never to another
+# query row.
 
 # %% nbgrader={"grade": false, "grade_id": "partial_prediction_targets", "locked": false, "schema_version": 3, "solution": true}
 def partial_prediction_targets(perm: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
