@@ -59,8 +59,10 @@ def test_a_near_miss_is_never_the_translation_nor_a_variant_of_it(ch06):
     """Is each negative another pair's translation, and never one of the same folded source or target?"""
     pairs = corpora.parallel("fr", "test")
     neg = ch06["near_misses"](pairs)
-    assert len(neg) == len(pairs)
+    assert len(neg) == len(pairs) and sum(j is None for j in neg) < 0.05 * len(pairs)
     for i, j in enumerate(neg):
+        if j is None:  # no string with the same surface: the pair is left out
+            continue
         assert j != i
         assert corpora.fold(pairs[j].tgt) != corpora.fold(pairs[i].tgt)
         assert corpora.fold(pairs[j].src) != corpora.fold(pairs[i].src)
@@ -71,9 +73,10 @@ def test_a_near_miss_shares_more_words_with_the_source_than_a_random_wrong_trans
     pairs = corpora.parallel("fr", "test")
     neg, words = ch06["near_misses"](pairs), ch06["words"]
     rng = random.Random(0)
-    shared_near = sum(len(words(p.src) & words(pairs[j].tgt)) for p, j in zip(pairs, neg))
-    shared_random = sum(len(words(p.src) & words(pairs[rng.choice([k for k in range(len(pairs)) if k != i])].tgt))
-                        for i, p in enumerate(pairs))
+    kept = [i for i, j in enumerate(neg) if j is not None]
+    shared_near = sum(len(words(pairs[i].src) & words(pairs[neg[i]].tgt)) for i in kept)
+    shared_random = sum(len(words(pairs[i].src) & words(pairs[rng.choice([k for k in range(len(pairs)) if k != i])].tgt))
+                        for i in kept)
     assert shared_near > 2 * shared_random
 
 
@@ -110,6 +113,23 @@ def test_every_fine_tuning_run_has_a_record_made_by_the_current_code(ch06):
     assert len(runs) == len(ch06["fine_tune_run"].configs) >= 9
     assert {r["code_hash"] for r in runs} == {code_hash("06_bert")}
     assert all(0 <= r["acc"] <= 100 and 0 <= r["macro_f1"] <= 100 for r in runs)
+    n = len(ch06["FT_TEST"][2])
+    for r in runs:  # the paired bootstrap reads `right`: one character a test example
+        assert len(r["right"]) == n and set(r["right"]) <= {"0", "1"}
+        assert 100 * r["right"].count("1") / n == pytest.approx(r["acc"], abs=1e-6)
+
+
+def test_a_near_miss_looks_like_the_true_translation_on_the_surface(ch06):
+    """Does every negative end, hold placeholders and capitalise as its pair's translation does
+    (so that no surface rule separates them), and is it another string?"""
+    rows = ch06["FT_TEST"][3]
+    n = len(rows) // 2
+    assert n > 300
+    for (src, tgt, yes), (src2, miss, no) in zip(rows[:n], rows[n:]):
+        assert (yes, no) == (1, 0) and src == src2 and miss != tgt
+        assert ch06["surface"](miss) == ch06["surface"](tgt), (tgt, miss)
+    same_end = sum((s[-1:] == t[-1:]) == bool(y) for s, t, y in rows) / len(rows)
+    assert abs(same_end - 0.5) < 0.05
 
 
 def test_the_committed_vocabulary_is_one_the_trainer_learns_and_is_checked(ch06, tmp_path):
