@@ -116,7 +116,7 @@ def test_every_fine_tuning_run_has_a_record_made_by_the_current_code(ch06):
     n = len(ch06["FT_TEST"][2])
     for r in runs:  # the paired bootstrap reads `right`: one character a test example
         assert len(r["right"]) == n and set(r["right"]) <= {"0", "1"}
-        assert 100 * r["right"].count("1") / n == pytest.approx(r["acc"], abs=1e-6)
+        assert 100 * r["right"].count("1") / n == pytest.approx(r["acc"], abs=1e-4)  # acc: float32
 
 
 def test_a_near_miss_looks_like_the_true_translation_on_the_surface(ch06):
