@@ -712,13 +712,16 @@ print(torch.allclose(layer(h_other, g, perm)[0][0, 3], new_h[0, 3]))  # False: h
 # XLNet does not train every step of an order. It cuts the order and
 # predicts only the last $1/K$ of its steps, the ones with the most context
 # ($K = 6$ in the paper). `partial_prediction_targets` returns which
-# positions are targets and the one-hot `target_mapping`, as the authors'
-# and Hugging Face's code build it. In their code the query stream has one
-# row per target from the first layer on, not one per position. In every
-# layer `target_mapping` scatters its queries to their positions in the
-# sequence and gathers the attention output back. So every layer's query
-# stream costs $T/K$ rows, not $T$. This chapter's model keeps the query
-# stream at all $T$ positions, which is simpler to read, and uses
+# positions are targets and a one-hot `target_mapping` with one row per
+# target, as the authors' data pipeline builds it (their rows follow the
+# sequence, ours the order). Hugging Face's model accepts such a mapping, but
+# its data collator passes the identity, one row per position. With one row
+# per target, the authors' query stream has $T/K$ rows from the first layer
+# on: its query projection, output projection and feed-forward run on $T/K$
+# rows. Its attention does not shrink: every layer scatters the query rows to
+# their positions with `target_mapping`, scores all $T$ positions against
+# the keys, and gathers the $T/K$ rows back. This chapter's model keeps the
+# query stream at all $T$ positions, which is simpler to read, and uses
 # `target_mapping` only at the output layer. The targets' rows are the same
 # either way: a query row attends to the content stream, never to another
 # query row.
@@ -1180,14 +1183,15 @@ for key, name in [("xl_long", "XL"), ("vanilla_long", "vanilla")]:
 
 # %% [markdown]
 # **How much of this is seed 0?** The table below shows this run's figures
-# next to their mean and range over the 20 runs of the claims check (seeds 0
-# to 4, one and two threads, this chapter's solution and an independent
-# one), and what changes each figure. With the seed, the thread count and
+# next to their mean and range over the 40 recorded runs of the claims
+# check: 20 on seeds 0 to 4 (one and two threads, this chapter's solution
+# and an independent one) and one each on the later seeds 5 to 24. The last
+# column, what changes each figure, reads the first 20. With the seed, the thread count and
 # the code fixed, a run repeats bit for bit on one machine. A second thread
 # changes the order of float sums, and training amplifies the difference.
 # The independent solution gave the same bits as this one in every run
 # (the timings aside): it computes the same sums in the same order. So the
-# 20 runs are 10 distinct trainings, and the table's range is over seeds and
+# 40 runs are 30 distinct trainings, and the table's range is over seeds and
 # thread counts together. A solution that rounds differently, another CPU, a
 # GPU or another library version would move the figures as a second thread
 # does. Every claim above holds on the runs of the check and on the held-out
@@ -1681,8 +1685,8 @@ for c, r in speed_rows.items():
 # spread. The page runs `costs` on the CPU whatever device is present, as the
 # claims check does. On a GPU these calls would return before their kernels
 # finish, so these figures say nothing about a GPU. We use a
-# model of the shape above (untrained: the cost does not depend on the
-# weights), on a batch of one stream and one window per vanilla call; we
+# model of the recall task's shape (2 layers, $d_{model} = 64$; untrained:
+# the cost does not depend on the weights), on a batch of one stream and one window per vanilla call; we
 # also count the floating-point operations of each (`FlopCounterMode`),
 # split into the products of the projections and feed-forwards (`mm`,
 # `addmm`) and those of attention (`bmm`). This measures the number of calls
@@ -1914,7 +1918,7 @@ print("two streams, same distribution for targets 3 and 1:", torch.allclose(two_
 # through `target_mapping`.
 #
 # Three copies of this network train for 600 steps each (batches of 32
-# windows, AdamW, seed 0), about a CPU-minute together:
+# windows, AdamW, seed 0), under a CPU-minute together:
 #
 # * the **permutation LM**: a random order per batch, the targets the last
 #   half of the order (partial prediction with $K = 2$; the paper's $K = 6$
@@ -1925,11 +1929,10 @@ print("two streams, same distribution for targets 3 and 1:", torch.allclose(two_
 #   predicted from the content stream of the step before it, as in the
 #   usual parameterisation that section 2.3 of the paper rules out.
 #
-# All are scored on the same characters: 512 validation windows, each with a
-# random order, the targets its last $1/6$ (5 characters a window, the
-# paper's cut), so each target has at least 27 other characters of context
-# in the order, on both sides of it unless it is the window's first or last
-# character. The left-to-right model scores those characters from their
+# All are scored on the same characters: 512 validation windows, each group
+# of 8 sharing one of 64 random orders, the targets the order's last $1/6$
+# (5 characters a window, the paper's cut), so each target has at least 27
+# other characters of context in the order, mostly on both sides of it. The left-to-right model scores those characters from their
 # left side only. The loss is the cross-entropy in nats per character.
 
 # %% tags=["skip-grading"]
@@ -2041,11 +2044,12 @@ def target_losses(model: PermutationLM, order: str, one_stream: bool = False) ->
 
 
 def interval(diff: torch.Tensor) -> tuple[float, float]:
-    """95% bootstrap interval of the mean of per-window differences (1,000 resamples of windows)."""
-    per_window = diff.mean(1)                                             # (512,)
+    """95% bootstrap interval of the mean difference, resampling the 64 orders (each with its 8
+    windows) 1,000 times: windows that share an order are not independent."""
+    per_order = diff.mean(1).view(len(ORDERS), -1).mean(1)                # (64,)
     gen = torch.Generator().manual_seed(0)
-    idx = torch.randint(len(per_window), (1000, len(per_window)), generator=gen)   # (1000, 512)
-    means = per_window[idx].mean(1).sort().values
+    idx = torch.randint(len(per_order), (1000, len(per_order)), generator=gen)     # (1000, 64)
+    means = per_order[idx].mean(1).sort().values
     return float(means[25]), float(means[974])
 
 
@@ -2082,7 +2086,7 @@ print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 # characters lower when the order gives it both sides than left to right,
 # by {glue:text}`ch07_plm_both_vs_left_low:.2f` to
 # {glue:text}`ch07_plm_both_vs_left_high:.2f` nats (a 95% bootstrap interval
-# over the windows).
+# over the 64 orders and their windows).
 # After 600 steps the left-to-right LM, which reads only the left side, is
 # still better than the permutation LM with both sides, by
 # {glue:text}`ch07_plm_ltr_vs_perm_low:.2f` to
@@ -2140,8 +2144,8 @@ print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 # the float sums and so the trained models; another correct solution,
 # another CPU, a GPU or another library version can too; the times also
 # follow the machine's load. So the text quotes this run's figures through `glue`, the
-# tables give their range over the 20 runs of the claims check (10 distinct
-# trainings), and every conclusion is either a claim checked on all of them or
+# tables give their range over the 40 recorded runs of the claims check (30
+# distinct trainings), and every conclusion is either a claim checked on all of them or
 # stated as this run's figure: the near band's drop with a long memory, its
 # split by distractor, the sizes of the evaluation speed-ups, the two-stream
 # check cells and the permutation LM's losses.
