@@ -2199,13 +2199,16 @@ def fill(model: nn.Module, sentence: str, word: str, k: int = 5) -> list[tuple[s
 
 
 def held_out_sentences(words: list[str], n_words: tuple = (8, 25)) -> list[tuple[str, str]]:
-    """For each word, the first validation sentence (8 to 25 words) in which it is a whole piece."""
+    """For each word, the first validation sentence (8 to 25 words) in which it is one whole piece,
+    once, and one whole word, once: so the [MASK] shown is the piece the model gets, and no other
+    copy of the word gives the answer away."""
     sentences = [" ".join(s.split()) for d in corpora.prose("valid")
                  for s in re.split(r"(?<=\.)\s", d.text)]
     out = []
     for w in words:
         for s in sentences:
-            if n_words[0] <= len(s.split()) <= n_words[1] and w in WP.encode(s).tokens:
+            if (n_words[0] <= len(s.split()) <= n_words[1] and WP.encode(s).tokens.count(w) == 1
+                    and len(re.findall(rf"\b{w}\b", s, flags=re.I)) == 1):
                 out.append((s, w))
                 break
     return out
