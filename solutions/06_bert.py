@@ -2248,8 +2248,10 @@ glue("ch06_fill_sentences", len(FILL_WORDS))
 # string of the same split that looks like the true translation on the
 # surface. It ends with the same punctuation mark (or, like it, with a
 # letter or digit), holds the same placeholders (`{0}`, `%s`), and starts
-# with a capital exactly when the true one does. So no rule on punctuation,
-# placeholders or capitals can tell the two apart. Among those strings, the
+# with a capital exactly when the true one does. So no rule on the last
+# punctuation mark, the placeholders or the first capital can tell the two
+# apart (counts of capitals still can: see the baselines below). Among those
+# strings, the
 # near miss has the highest score: the number of words or placeholders it
 # shares with the English source minus
 # $|\log(\text{its length} / \text{the true translation's length})|$. The
@@ -2564,6 +2566,12 @@ glue("ch06_ft_pair_verdict",
 same_end = torch.tensor([float(s[-1:] == t[-1:]) for s, t, _ in FT_TEST[3]])      # (2n,)
 rule_acc = 100 * (same_end == FT_TEST[2]).float().mean().item()
 glue("ch06_ft_surface_acc", rule_acc)
+# a second rule: "a translation" iff both strings hold the same number of capital letters
+caps = lambda text: sum(c.isupper() for c in text)                                 # noqa: E731
+same_caps = torch.tensor([float(caps(s) == caps(t)) for s, t, _ in FT_TEST[3]])    # (2n,)
+caps_acc = 100 * (same_caps == FT_TEST[2]).float().mean().item()
+glue("ch06_ft_caps_acc", caps_acc)
+print(f"rule 'both strings hold the same number of capitals': {caps_acc:.1f}%")
 print(f"rule 'both strings end with the same character': {rule_acc:.1f}% of the test examples")
 
 
@@ -2693,14 +2701,18 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for c in CONDITIONS for r in ru
 # resamples) is {glue:text}`ch06_ft_pair_lo:.1f` to
 # {glue:text}`ch06_ft_pair_hi:.1f`. It {glue:text}`ch06_ft_pair_verdict`.
 #
-# Two baselines read no French. The rule "a translation when both strings
-# end with the same character" scores {glue:text}`ch06_ft_surface_acc:.1f`%:
-# a near miss ends like the true translation, so the rule is near chance by
-# design. A logistic regression on eight surface features (shared words,
-# the length ratio, whether both strings end, hold placeholders and
-# capitalise alike, equal digits, the same last character, the difference
-# in capitals, and both lengths), fitted to the training pairs, scores
-# {glue:text}`ch06_ft_logistic_acc:.1f`%. {glue:text}`ch06_ft_vs_logistic`
+# Three baselines read no French. The rule "a translation when both
+# strings end with the same character" scores
+# {glue:text}`ch06_ft_surface_acc:.1f`%: a near miss ends like the true
+# translation, so the rule is near chance by design. The rule "a
+# translation when both strings hold the same number of capitals" scores
+# {glue:text}`ch06_ft_caps_acc:.1f`%: the near misses are matched on the
+# first capital only. A logistic regression on eight surface features
+# (shared words, the length ratio, whether the two strings share the
+# surface key above, equal digits, the same last character, the signed
+# difference in capitals, and both lengths), fitted to the training pairs,
+# scores {glue:text}`ch06_ft_logistic_acc:.1f`%.
+# {glue:text}`ch06_ft_vs_logistic`
 
 # %% [markdown]
 # ## Summary
@@ -2735,7 +2747,8 @@ glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for c in CONDITIONS for r in ru
 #   the test pairs ({glue:text}`ch06_ft_pair_lo:.1f` to
 #   {glue:text}`ch06_ft_pair_hi:.1f`) {glue:text}`ch06_ft_pair_verdict`.
 #   The near misses share the true
-#   translation's punctuation, placeholders and capitals; a logistic
+#   translation's last punctuation mark, placeholders and first capital; a
+#   rule on the count of capitals scores {glue:text}`ch06_ft_caps_acc:.1f`%, a logistic
 #   regression on surface features scores
 #   {glue:text}`ch06_ft_logistic_acc:.1f`%, and
 #   {glue:text}`ch06_ft_vs_logistic_short`.
