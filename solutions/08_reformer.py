@@ -1196,9 +1196,10 @@ claim("lsh_below_full_8192", "LSH attention first keeps less memory than the wri
 # long at 4096 (range {glue:text}`ch08_time_full_over_lsh_4096_spread:.2f`).
 # Against the written-out attention at 4096 the claims check confirms the
 # saving. Against the fused kernel at 8192 it does not: LSH attention was
-# faster in every run, but the ratio scatters from run to run by more than
-# its distance from 1 (the table below; the alternative solution's LSH
-# attention is slower than the reference's), so this is not claimed. LSH's
+# faster in every recorded run, but by a factor that depends on how LSH
+# attention is written (the alternative solution's is several times slower
+# than the reference's) and moves from run to run more than the check allows
+# for a timing claim (the table below), so this is not claimed. LSH's
 # advantage is that it computes fewer scores; its memory advantage is
 # against an attention that stores them.
 
@@ -2484,8 +2485,8 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 # of 5 interleaved pairs on one thread, interquartile range
 # {glue:text}`ch08_ref_step_ratio_spread:.2f`). The time saving of LSH
 # attention against the fused kernel is a matter of longer $L$: at 8192 it
-# was faster in every run of the claims check, by a margin that the runs'
-# scatter swamps (see above). All of these figures are from this CPU; nothing on this page is
+# was faster in every run of the claims check, by a factor that moves too
+# much with the solution and the run to claim (see above). All of these figures are from this CPU; nothing on this page is
 # measured on a GPU.
 
 # %% [markdown]
@@ -2503,8 +2504,8 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 #   keeps less than LSH attention at every length measured. On this CPU
 #   (one head, $D = 64$), LSH attention is faster than the written-out
 #   attention at $L = 4096$. Against the fused kernel at $L = 8192$ it was
-#   faster in every run, by less than the runs' scatter, so we do not claim
-#   it; on GPUs we claim nothing.
+#   faster in every recorded run, by a factor that moves too much with the
+#   solution and the run to claim; on GPUs we claim nothing.
 # * **Reversible layers** rebuild their inputs from their outputs, so
 #   activation memory is flat in depth, at the cost of recomputing every
 #   layer once. Parameters, gradients and optimizer state still grow with
