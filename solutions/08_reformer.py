@@ -1859,8 +1859,10 @@ _ = glue("ch08_mask_err_masked", mask_err["masked"])
 # With eight rounds, the chapter's LSH attention has a relative error of
 # {glue:text}`ch08_mask_err_lsh:.3f` on these draws; attending to the own
 # bucket only, {glue:text}`ch08_mask_err_masked:.3f`, above the oracle's
-# {glue:text}`ch08_oracle_err:.3f`. So the keys of neighbouring buckets in a
-# query's window are what takes this variant below the oracle.
+# {glue:text}`ch08_oracle_err:.3f`. A query's window already holds nearly
+# all of its bucket (it misses {glue:text}`ch08_mates_missed:.3f` of it), so
+# the keys of neighbouring buckets in the window are what takes this
+# variant below the oracle.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("eight_below_oracle", "With 8 rounds and 32 buckets the error is below the oracle's; with "
