@@ -92,6 +92,8 @@ def _refresh_badges(path: Path, chapter: str) -> None:
 def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookNode:
     """Run every cell (as a reader would) in a fresh kernel started at the repo root."""
     os.environ["ATTNKIT_PROGRESS"] = "off"
+    # a reader's kernel draws inline; an inherited MPLBACKEND=Agg would drop every figure
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT)}})
     client.execute()
@@ -109,6 +111,13 @@ def stderr_outputs(nb: nbformat.NotebookNode) -> list[str]:
     return found
 
 
+def missing_figures(nb: nbformat.NotebookNode) -> list[int]:
+    """The code cells that call `plt.show()` but show no image: a page must show its figures."""
+    return [i for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code" and "plt.show()" in cell.source
+            and not any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))]
+
+
 def build_page(chapter: str, force: bool = False) -> Path:
     """Write `book/chapters/<chapter>.ipynb` unless an up-to-date one is there."""
     PAGES.mkdir(parents=True, exist_ok=True)
@@ -124,6 +133,9 @@ def build_page(chapter: str, force: bool = False) -> Path:
     if noise := stderr_outputs(nb):
         raise RuntimeError(f"{chapter}: the page would show stderr output, which the book test "
                            "rejects; silence it in the solution:\n" + "\n".join(noise))
+    if lost := missing_figures(nb):
+        raise RuntimeError(f"{chapter}: cells {lost} call plt.show() but the page has no image "
+                           "from them (is MPLBACKEND set to a non-inline backend?)")
     nb.metadata["course"]["source_hash"] = digest
     badge = _badge_cell(chapter)
     title_at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)

@@ -56,3 +56,27 @@ def test_page_with_stderr_is_refused(toy_course):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="USDT: noise")]
     assert book.stderr_outputs(nb) == ["cell 0: USDT: noise"]
+
+
+@pytest.mark.parametrize("path", sorted((book.PAGES).glob("*.ipynb")), ids=lambda p: p.stem)
+def test_committed_page_shows_its_figures(path):
+    """Does every cell of a committed page that calls plt.show() show an image?"""
+    import nbformat
+    assert book.missing_figures(nbformat.read(path, as_version=4)) == []
+
+
+def test_page_figures_survive_an_agg_backend(toy_course, monkeypatch):
+    """Does a page built with MPLBACKEND=Agg in the environment still show its figure?"""
+    import nbformat
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    assert book.missing_figures(book.execute(nb, timeout=120)) == []
+
+
+def test_page_without_its_figure_is_refused():
+    import nbformat
+    cell = nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nplt.show()")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="no image")]
+    assert book.missing_figures(nbformat.v4.new_notebook(cells=[cell])) == [0]
