@@ -297,9 +297,9 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # floating-point rounding, which we measure. RevNet {cite}`gomez2017revnet`
 # splits the channels of its input into the two halves; the Reformer instead
 # feeds the same embedding to both streams (trax's `ReformerLM` duplicates
-# it). In this chapter's checks and experiments the two streams are simply
-# two independent random inputs `(x1, x2)`; no model here forms them from an
-# embedding.
+# it). The checks of this section feed two independent random inputs
+# `(x1, x2)`; the Reformer trained on real documents at the end of the
+# chapter feeds the same embedding to both streams, as trax does.
 #
 # The recomputation has a catch: $F$ and $G$ must compute *the same
 # functions* in the backward pass as in the forward. LSH attention draws
