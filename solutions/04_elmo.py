@@ -594,6 +594,8 @@ chars_vocab = CharVocab(sorted(all_words))
 TYPE_CHARS = chars_vocab.encode([words_vocab.itos])[0]                        # (V, C)
 TYPE_CHARS[words_vocab.pad_id] = 0
 LM_WORDS = words_vocab.encode([with_boundaries(s.words) for s in lm_sents])   # (N, T)
+_counts = torch.bincount(LM_WORDS[LM_WORDS != words_vocab.pad_id], minlength=len(words_vocab))
+LM_LOG_FREQ = (_counts.float() + 1).log() - (_counts.float() + 1).sum().log()   # (V,) add-one
 print(f"{len(lm_sents)} sentences, {len(words_vocab)} word types, {len(chars_vocab)} characters, "
       f"word ids {tuple(LM_WORDS.shape)}")
 LM_STEPS = 1000
@@ -736,6 +738,8 @@ def elmo_layers(seed: int = 0, threads: int = 1) -> dict:
         init_bilm(bilm, seed, proj_scale=scale)
         out[f"ch04_init_cos_{key}"], out[f"ch04_init_std_{key}"] = spread_and_angle(
             type_vectors(bilm, words_vocab.itos[4:]))
+    with torch.no_grad():                  # the softmax bias starts at the log word frequencies
+        bilm.softmax.bias.copy_(LM_LOG_FREQ)
     bilm.to(device)
     batch_gen = torch.Generator().manual_seed(seed)
 
@@ -831,7 +835,13 @@ def elmo_layers(seed: int = 0, threads: int = 1) -> dict:
 # gives it an id and a learned vector of its own); biases 0, and the
 # highway gates' biases $-1$, so that the gates start mostly closed and carry
 # the characters' features through (as recommended for highway networks;
-# ELMo's code uses $-2$).
+# ELMo's code uses $-2$). Then the softmax bias is set to the log
+# frequencies of the words in the training sentences (add-one), so the
+# model predicts the word frequencies from the first step. The real-text
+# section below shows why. With the bias at 0, as in an earlier version of
+# this page, seed 603 never learned the topics (*bank* read at chance in
+# every layer) and seed 5 learned them only partly; started at the log
+# frequencies, both learn them.
 #
 # Why the larger projection? The filters' outputs are maxima followed by a
 # ReLU: all positive, with a large part common to every word. At
@@ -1026,23 +1036,20 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #   {glue:text}`ch04_sense_layer1:.1f`%; of the test's *bank*s,
 #   {glue:text}`ch04_sense_only2` are read right by layer 2 alone and
 #   {glue:text}`ch04_sense_only1` by layer 1 alone (a McNemar test gives
-#   $p =$ {glue:text}`ch04_sense_p12:.2g`). Layer 2 reads the sense at least as
-#   well as layer 1 in every run of the check, the paper's direction; how far
-#   ahead it is, and whether the gap is more than chance, depends on the seed,
-#   the thread count and the implementation (the range in the table above). Mind what the gap
-#   measures: in most runs layer 2 sits within 2 points of the Bayes rule,
-#   the ceiling, so where layer 1 gets close too there is little left to
-#   separate them. In one of the 30 recorded runs (seed 5) layer 2 trains to a
-#   weaker reading, about 10 points below the ceiling (the table's range). On data this easy, "layer 2 holds more semantics"
-#   is partly "layer 2 reaches the ceiling first"; exercise 3 asks for data
-#   where the layers need not both get there.
+#   $p =$ {glue:text}`ch04_sense_p12:.2g`). In every run of the check layer 2
+#   reads the sense within 2.5 points of the Bayes rule, the ceiling, and
+#   never more than half a point below layer 1. Layer 1 moves much more
+#   from run to run (the range in the table above): in some runs it
+#   reaches the ceiling too, and then the two cannot be told apart. On data this easy, "layer 2 holds more semantics" is "layer 2
+#   reaches the ceiling in every run"; exercise 3 asks for data where the
+#   layers need not both get there.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("layer2_reads_sense_best", "Layer 2 reads the sense of bank at least as well as layer 1.",
-      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_layer1"])
-claim("layer2_near_ceiling", "In most runs (at least 8 in 10) layer 2 reads the sense within 2 "
-      "points of the Bayes rule.",
-      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2, at_least=0.8)
+claim("layer2_reads_sense_best", "Layer 2 reads the sense of bank no more than half a point "
+      "below layer 1.",
+      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_layer1"] - 0.5)
+claim("layer2_near_ceiling", "Layer 2 reads the sense within 2.5 points of the Bayes rule.",
+      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2.5)
 
 # %% tags=["skip-grading", "hide-input"]
 for j in range(3):   # a layer's part of the mix: its weight times its vectors' mean norm
@@ -1084,13 +1091,8 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 # {glue:text}`ch04_sense_layer2:.1f`% for layer 2 and
 # {glue:text}`ch04_sense_layer1:.1f`% for layer 1. In every run of the
 # check the 1000-step mix reads the sense within 2 points of the better
-# LSTM layer, mostly at or just below it, sometimes slightly above (the
-# tables give the spread). The Bayes ceiling is not why it gains no more.
-# In the weakest run of the check layer 2 stays far below the ceiling, and
-# the mix reads the sense no better than layer 2 there either (the minima
-# in the tables). A mix is a weighted sum of the layers: it can gain only
-# where another layer carries what layer 2 misses, and in the weak runs it
-# gains nothing. Whether the
+# LSTM layer (the tables give the spread). Layer 2 is within 2.5 points of
+# the Bayes ceiling in every run, so a mix has little left to gain. Whether the
 # paper's layer normalisation changes the learned weights is exercise 5.
 
 # %% tags=["skip-grading", "hide-input"]
@@ -1144,9 +1146,8 @@ for q in (0, int((y_bank != y_bank[0]).nonzero()[0])):
 # {glue:text}`ch04_n_other_types`, cosine
 # {glue:text}`ch04_cos_banks:.2f` and {glue:text}`ch04_cos_banker:.2f`):
 # the character CNN places words it never saw near the words that share
-# their letters. The other near ones (printed above)
-# are mostly nouns that share letters or the places the grammar gives them, not a
-# meaning: a static vector knows the word, not the sense.
+# their letters. The other near ones (printed above) change from run to
+# run. A static vector knows the word, not the sense.
 #
 # In context, {glue:text}`ch04_nn_layer2:.0f`% of the 10 nearest
 # occurrences of *bank* under the top layer share its sense
@@ -1876,9 +1877,9 @@ glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 # * Linear probes show that the LSTM layers hold the context (sense, part of
 #   speech) that layer 0 cannot, in every run of the claims check. On our
 #   toy data both LSTM layers read the part of speech at 90% or more, and
-#   the top layer reads the sense at least as well as layer 1, in most runs
-#   close to the Bayes-optimal ceiling; the size of that gap, and the learned weights,
-#   move with the seed, the thread count and the probe's budget.
+#   the top layer reads the sense within 2.5 points of the Bayes-optimal
+#   ceiling in every run; layer 1's reading, and the learned weights, move
+#   with the seed, the thread count and the probe's budget.
 # * On real English (the prose corpus, word-level), this page's longer run
 #   beats a Kneser-Ney bigram model, not a trigram. Within 300 steps it
 #   learns with the softmax bias started at the log word frequencies, and

@@ -471,6 +471,7 @@ except ImportError:
     transformers = None
 if transformers is None:
     glue("ch06_hf_random_diff", "not measured here, because transformers is not installed")
+    glue("ch06_hf_pad_diff", "not measured either")
     print("Skipped: pip install transformers==5.24.0 to compare your BERT with transformers' BERT.")
 else:
     torch.manual_seed(0)
