@@ -839,8 +839,8 @@ def elmo_layers(seed: int = 0, threads: int = 1) -> dict:
 # frequencies of the words in the training sentences (add-one), so the
 # model predicts the word frequencies from the first step. The real-text
 # section below shows why. With the bias at 0, as in an earlier version of
-# this page, seed 603 never learned the topics (*bank* read at chance in
-# every layer) and seed 5 learned them only partly; started at the log
+# this page, seed 603 never learned the topics (on one thread, *bank* read
+# at chance in every layer) and seed 5 learned them only partly; started at the log
 # frequencies, both learn them.
 #
 # Why the larger projection? The filters' outputs are maxima followed by a
@@ -919,7 +919,8 @@ plt.show()
 # where a determiner goes, while a topic's noun is drawn at random from a
 # list. That randomness keeps the loss well above 0 (a uniform guess over
 # the vocabulary would be a perplexity of
-# {glue:text}`ch04_vocab`, its size with `<pad>` and `<unk>`).
+# {glue:text}`ch04_vocab`, its size with `<pad>`, `<s>`, `</s>` and
+# `<unk>`).
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.claims import claim
@@ -1040,9 +1041,10 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #   reads the sense within 2.5 points of the Bayes rule, the ceiling, and
 #   never more than half a point below layer 1. Layer 1 moves much more
 #   from run to run (the range in the table above): in some runs it
-#   reaches the ceiling too, and then the two cannot be told apart. On data this easy, "layer 2 holds more semantics" is "layer 2
-#   reaches the ceiling in every run"; exercise 3 asks for data where the
-#   layers need not both get there.
+#   reaches the ceiling too, and then the two cannot be told apart. On
+#   data this easy, "layer 2 holds more semantics" is "layer 2 gets within
+#   2.5 points of the ceiling in every run"; exercise 3 asks for data where
+#   the layers need not both get there.
 
 # %% tags=["skip-grading", "hide-input"]
 claim("layer2_reads_sense_best", "Layer 2 reads the sense of bank no more than half a point "
@@ -1878,8 +1880,9 @@ glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 #   speech) that layer 0 cannot, in every run of the claims check. On our
 #   toy data both LSTM layers read the part of speech at 90% or more, and
 #   the top layer reads the sense within 2.5 points of the Bayes-optimal
-#   ceiling in every run; layer 1's reading, and the learned weights, move
-#   with the seed, the thread count and the probe's budget.
+#   ceiling in every run; layer 1's reading moves with the seed, the
+#   thread count and the implementation, and the learned weights with the
+#   probe's budget too.
 # * On real English (the prose corpus, word-level), this page's longer run
 #   beats a Kneser-Ney bigram model, not a trigram. Within 300 steps it
 #   learns with the softmax bias started at the log word frequencies, and
