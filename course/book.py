@@ -91,12 +91,13 @@ def _refresh_badges(path: Path, chapter: str) -> None:
 
 def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookNode:
     """Run every cell (as a reader would) in a fresh kernel started at the repo root."""
-    os.environ["ATTNKIT_PROGRESS"] = "off"
-    # a reader's kernel draws inline; an inherited MPLBACKEND=Agg would drop every figure
-    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    # the kernel's environment, the caller's left alone: no progress bars, and figures drawn
+    # inline as a reader's kernel draws them (an inherited MPLBACKEND=Agg would drop every figure)
+    env = dict(os.environ, ATTNKIT_PROGRESS="off",
+               MPLBACKEND="module://matplotlib_inline.backend_inline")
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT)}})
-    client.execute()
+    client.execute(env=env)
     return nb
 
 

@@ -1,6 +1,7 @@
 """Does a book page show the exercise's code with the solution's outputs, and no solution code?"""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -73,6 +74,7 @@ def test_page_figures_survive_an_agg_backend(toy_course, monkeypatch):
         "import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     assert book.missing_figures(book.execute(nb, timeout=120)) == []
+    assert os.environ["MPLBACKEND"] == "Agg"          # the caller's environment is left alone
 
 
 def test_page_without_its_figure_is_refused():
