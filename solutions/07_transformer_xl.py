@@ -1779,8 +1779,6 @@ for a in ax:
     a.yaxis.set_minor_formatter(NullFormatter())
 plt.tight_layout()
 plt.show()
-spread({f"ch07_speedup_{c}": f"speed-up at C = {c}" for c in CONTEXTS}
-       | {f"ch07_flop_ratio_{c}": f"FLOP ratio at C = {c}" for c in (16, 256)}, digits=1)
 from attnkit import claims                                   # the recorded runs, for the text
 
 record = claims.load_record(claims.CHAPTER[0])
@@ -1789,6 +1787,8 @@ speedups_16 = [r["figures"]["ch07_speedup_16"] for r in claims.record_runs(recor
                if "ch07_speedup_16" in r["figures"]]
 glue("ch07_speedup_16_above_c", sum(v > 16 for v in speedups_16))
 glue("ch07_speedup_16_runs", len(speedups_16))
+spread({f"ch07_speedup_{c}": f"speed-up at C = {c}" for c in CONTEXTS}
+       | {f"ch07_flop_ratio_{c}": f"FLOP ratio at C = {c}" for c in (16, 256)}, digits=1)
 
 # %% [markdown]
 # On this run ({glue:text}`ch07_speed_device`, one thread) the cache is
@@ -2088,10 +2088,10 @@ for name, (worse, better) in PAIRS.items():   # the gap: worse minus better
     low, high = interval(losses[worse] - losses[better])
     glue(f"ch07_plm_{name}_low", low)
     glue(f"ch07_plm_{name}_high", high)
-print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 every_low = interval(losses["every_both"] - losses["ltr_left"])[0]
 glue("ch07_plm_every_verdict", "so the number of targets does not explain the gap" if every_low > 0
      else "so the gap may come from the number of targets")
+print({name: round(value.mean().item(), 3) for name, value in losses.items()})
 
 # %% [markdown]
 # On this run (seed 0, {glue:text}`ch07_plm_cpu:.0f` CPU-seconds for the
