@@ -1819,7 +1819,7 @@ for name in ("greedy", "temperature 1", "top-p, p=0.8", "validation text"):
 glue("ch05_real_ll_t05", sampling_rows["temperature 0.5"][1])
 glue("ch05_real_d2_t05", sampling_rows["temperature 0.5"][0])
 glue("ch05_real_ll_t12", sampling_rows["temperature 1.2"][1])
-glue("ch05_real_d2_t12", sampling_rows["temperature 1.2"][0])
+_ = glue("ch05_real_d2_t12", sampling_rows["temperature 1.2"][0])
 
 # %% [markdown]
 # The sampled rules are averaged over 8 prompts and 3 seeds, since one

@@ -1504,8 +1504,8 @@ glue("ch06_pca_runs", len(recorded))
 glue("ch06_pca_min", min(f["ch06_pca_minus_last"] for f in recorded))
 glue("ch06_pca_max", max(f["ch06_pca_minus_last"] for f in recorded))
 glue("ch06_pca_above", sum(f["ch06_pca_minus_last_lo"] > 0 for f in recorded))
-glue("ch06_pca_beats_concat", sum(f["ch06_pca_minus_last"] > f["ch06_concat_minus_last"]
-                                  for f in recorded))
+_ = glue("ch06_pca_beats_concat", sum(f["ch06_pca_minus_last"] > f["ch06_concat_minus_last"]
+                                      for f in recorded))
 
 # %% [markdown]
 # | features | BERT paper F1 (BERT-base, CoNLL-2003) | 80/10/10 (this page) | 100% `[MASK]` (this page) |
@@ -1631,7 +1631,7 @@ glue("ch06_allmask_mask_minus_replaced", 100 * (p_mask - p_repl))
 glue("ch06_se_mask_minus_replaced",
      100 * (p_mask * (1 - p_mask) / n_at_mask + p_repl * (1 - p_repl) / n_at_replaced) ** 0.5)
 glue("ch06_n_at_mask", n_at_mask)
-glue("ch06_n_at_replaced", n_at_replaced)
+_ = glue("ch06_n_at_replaced", n_at_replaced)
 
 # %% [markdown]
 # | masking rule | head at `[MASK]` | head at replaced tokens | head at untouched tokens | linear probe, clean text | head, clean text |
@@ -2237,7 +2237,7 @@ for sentence, word in held_out_sentences(FILL_WORDS):
         print(f"   {name:6s} run: " + ", ".join(f"{t} {p:.2f}" for t, p in top))
 glue("ch06_fill_found_short", found["short"])
 glue("ch06_fill_found_long", found["longer"])
-glue("ch06_fill_sentences", len(FILL_WORDS))
+_ = glue("ch06_fill_sentences", len(FILL_WORDS))
 
 # %% [markdown]
 # Both runs mostly answer frequent pieces: punctuation, "the", "is". The
@@ -2593,9 +2593,9 @@ glue("ch06_ft_pair_gain", 50 * pair_diff.mean().item())
 glue("ch06_ft_pair_lo", pair_lo)
 glue("ch06_ft_pair_hi", pair_hi)
 glue("ch06_ft_seeds", n_seeds)
-print(f"gain from pre-training: {50 * pair_diff.mean().item():.1f} points over {n_seeds} seeds "
-      f"(95% bootstrap interval over seeds and test pairs {pair_lo:.1f} to {pair_hi:.1f}); "
-      f"by seed: " + ", ".join(f"{g:+.1f}" for g in seed_gains))
+print(f"difference, fine-tuned minus from scratch: {50 * pair_diff.mean().item():.1f} points "
+      f"over {n_seeds} seeds (95% bootstrap interval over seeds and test pairs "
+      f"{pair_lo:.1f} to {pair_hi:.1f}); by seed: " + ", ".join(f"{g:+.1f}" for g in seed_gains))
 glue("ch06_ft_pair_verdict",
      "lies above 0: pre-training helps by more than the seeds and the test pairs vary"
      if pair_lo > 0 else "lies below 0: pre-training costs accuracy here" if pair_hi < 0 else
@@ -2704,8 +2704,8 @@ def against_baseline(base: float) -> tuple[str, str]:
 
 glue("ch06_ft_vs_logistic", against_baseline(logistic_acc)[0])
 glue("ch06_ft_vs_logistic_short", against_baseline(logistic_acc)[1])
-glue("ch06_ft_sweep_cpu", sum(r["process_cpu_s"] for c in CONDITIONS for r in runs_of(c, FT_ALL))
-     / 60)
+_ = glue("ch06_ft_sweep_cpu",
+         sum(r["process_cpu_s"] for c in CONDITIONS for r in runs_of(c, FT_ALL)) / 60)
 
 # %% [markdown]
 # Your short run on this page trains seed 0 of the fine-tuned model and of

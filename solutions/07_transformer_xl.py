@@ -450,7 +450,7 @@ print("the four terms agree")  # the four terms agree
 # `w_q` is redundant with them: it is added to every query, so it adds
 # $b_q^\top k_j$ and $b_q^\top r_{i-j}$, terms of the same form as (c) and (d);
 # only $b_q + u$ and $b_q + v$ matter. The paper's code has no bias on any
-# of its projections; we keep chapter 3's `nn.Linear` with bias. Keys and values
+# of its attention projections; we keep chapter 3's `nn.Linear` with bias. Keys and values
 # come from `[memory; x]`, queries from `x`; the XL mask is built inside, and
 # the weights of the last call are kept in `self.attn`. We use no dropout in
 # this chapter.
@@ -1102,7 +1102,8 @@ claim("xl_far_beats_control", "XL's far band beats the control's by at least 0.1
 # instead of $M + i$. Those scripts read segments of 32 to 128 tokens with
 # memories of 128 to 3,800. We do the same without changing the model: the
 # last row reads one token per call with a memory of 48 states, so every
-# query, in each layer, sees itself and exactly the 48 states before it.
+# query past the first 48 positions of a stream, in each layer, sees itself
+# and exactly the 48 states before it.
 # That is what `same_length` gives with a memory of 49 in the released
 # PyTorch code's convention, where a query sees `mem_len` keys, itself
 # included; its TensorFlow code shows a query `mem_len` + 1 keys, itself
@@ -1674,7 +1675,8 @@ for c, r in speed_rows.items():
 # To predict every token of a long text with a context of $C$ tokens, the
 # vanilla model runs one forward pass over a window of $C$ tokens *per
 # token*. XL runs one pass per *segment* of $C$ tokens, with a memory of $C$
-# (every token gets at least $C$ tokens of context, up to $2C$). We time
+# (past the first segment, every token sees between $C$ and $2C - 1$
+# earlier tokens). We time
 # both in wall seconds per predicted token, on one torch thread
 # (`attnkit.walltime.compare`), whatever thread count the run sets. This
 # book is built on a shared, loaded machine, where a call with two threads

@@ -207,7 +207,7 @@ print(f"problem 3, the wide feed-forward (d_ff = 16 d): largest tensor {big:.2f}
 # Below we measure how many random vectors change bucket when the same
 # columns are scaled to unit length (a comparison only: unit columns are
 # neither a rotation nor the analysed family): {glue:text}`ch08_gauss_vs_unit_16_4:.0f`% with $D = 16$ and
-# 4 buckets (the trained model's heads),
+# 4 buckets (the duplication model's heads),
 # {glue:text}`ch08_gauss_vs_unit_64_16:.0f`% and
 # {glue:text}`ch08_gauss_vs_unit_64_32:.0f`% with $D = 64$ and 16 or 32
 # buckets (the approximation experiment): more with more buckets, and not
@@ -1060,9 +1060,8 @@ for fixed in (False, True):
 # We also time a forward and backward pass of each, in wall seconds on one
 # thread (`attnkit.walltime`), whatever thread count the run sets. This book
 # is built on a shared, loaded machine. With two threads a call waits for
-# its second thread, and a reviewer's 2-thread run of the old CPU-time
-# measurement made LSH look slower than written-out attention. One thread
-# has nothing to wait for but the CPU. The two ratios the text claims are
+# its second thread, however long the load keeps it. One thread has nothing
+# to wait for but the CPU. The two ratios the text claims are
 # measured in 5 interleaved pairs after one untimed warm-up pair: the other
 # attention then LSH, then LSH then the other, and so on, so that neither
 # call always goes first and a burst of load slows both calls of a pair
@@ -1347,8 +1346,8 @@ _ = glue("ch08_ff_saved_chunk16",
 
 # %% [markdown]
 # Whole, the hidden activation takes {glue:text}`ch08_ff_whole:.2f` MiB; in 16
-# chunks the largest tensor is {glue:text}`ch08_ff_chunk16:.2f` MiB (the
-# input and output themselves, which chunking cannot shrink). This is a
+# chunks the largest tensor is {glue:text}`ch08_ff_chunk16:.2f` MiB, the
+# size of the input and the output themselves, which chunking cannot shrink. This is a
 # forward pass under `torch.no_grad()`: inference, or the forward pass of a
 # reversible stack. Under autograd, chunking alone saves nothing, since every
 # chunk's hidden activation is kept for the backward pass (`saved_bytes` of
@@ -1883,8 +1882,8 @@ spread({**{f"ch08_approx_err_{r}": f"error, {r} round(s), 32 buckets" for r in R
 # chunks of $m$ positions. Each query attends to its own chunk and the chunk
 # before it: $2m$ keys, a window that slides one chunk at a time. It is
 # `chunked_lsh_attention` with no hashing and no sort: the "sorted" order is
-# the identity. It sees only the last $m$ to $2m$ positions, so it cannot copy
-# from far away; LSH attention can. The trax and Hugging Face Reformers
+# the identity. A query past the first chunk reads between $m$ and $2m - 1$
+# earlier positions, so it cannot copy from far away; LSH attention can. The trax and Hugging Face Reformers
 # alternate the two kinds of layer (Hugging Face's `attn_layers`). Hugging
 # Face's local layer has separate query and key projections; ours shares them,
 # like our LSH layer, so the two layers have the same parameters.
@@ -2016,8 +2015,11 @@ for L, ((n1, n2), (d1, d2), d) in AXIAL.items():
 # * each `ReversibleBlock` has attention as $F$ and a feed-forward layer as
 #   $G$, each after a layer norm; the attention alternates local and LSH
 #   attention (2 rounds, rotations fixed per step by `FixedRotations`); the
-#   feed-forward runs in chunks (`chunked_feed_forward`);
-# * the two streams are added, normalised, and projected to the characters.
+#   feed-forward runs in chunks (`chunked_feed_forward`; in training this
+#   saves nothing here, as the section on chunking showed);
+# * the two streams are added, normalised, and projected to the characters
+#   (trax and Hugging Face concatenate them into one $2d$-wide vector
+#   instead).
 #
 # Its control is the same network with exact attention in every block,
 # through the fused kernel (`F.scaled_dot_product_attention`, causal, the
@@ -2357,7 +2359,9 @@ plt.show()
 # become a local layer's) score {glue:text}`ch08_doc_all_local_valid:.4f`,
 # {glue:text}`ch08_doc_swap:+.4f` [{glue:text}`ch08_doc_swap_lo:+.4f`,
 # {glue:text}`ch08_doc_swap_hi:+.4f`] against the Reformer as trained.
-# {glue:text}`ch08_doc_swap_verdict`
+# {glue:text}`ch08_doc_swap_verdict` What else gives the Reformer its
+# lower loss (its local layers, or the exact model attending to each
+# token's own key) this page does not test.
 #
 # The interval covers the choice of held-out windows, not the training
 # seed: this is one run of one seed, at {glue:text}`ch08_doc_steps` steps, a
