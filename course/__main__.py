@@ -1,6 +1,8 @@
 """`python -m course exercises | check-sync | pages [NN ...] [--force] | check-leaks PATH... | alternative NN_name | alternatives
 | claims [NN ...] [--force] | checkpoints [NN ...] [--force] [--check] | sweeps [NN ...] [--force] [--check] | nbgrader-course DIR | corpora [--check]`.
 
+pages NN ... --keep-outputs [--output-text=OLD=>NEW]: re-render a page after a prose change without
+executing it (its outputs stay those its claims record was made with: course.book.rerender_page).
 alternative NN_name [--force]: grade chapter NN's alternative solution and run its exercise notebook
 with it (tests/alternatives/); alternatives: every chapter that has one. Runs are cached by hash.
 claims [NN ...]: each chapter's experiment over seeds, threads and solutions; every claim checked
@@ -37,8 +39,15 @@ def main(argv: list[str]) -> int:
         print("exercises/ is in sync with solutions/")
         return 0
     if cmd == "pages":
-        from course.book import build_pages
-        build_pages(force="--force" in rest, only=[a for a in rest if not a.startswith("--")])
+        from course.book import build_pages, rerender_page
+        only = [a for a in rest if not a.startswith("--")]
+        if "--keep-outputs" in rest:       # prose changes: the page's recorded outputs stay
+            from course.exercises import chapters
+            texts = [tuple(a.split("=", 1)[1].split("=>", 1)) for a in rest if a.startswith("--output-text=")]
+            for ch in [c for c in chapters() if any(c.startswith(o) for o in only)]:
+                rerender_page(ch, texts)
+            return 0
+        build_pages(force="--force" in rest, only=only)
         return 0
     if cmd == "check-leaks":
         from course.leaks import find_leaks, near_copies, notebook_code

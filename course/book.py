@@ -92,8 +92,10 @@ def _refresh_badges(path: Path, chapter: str) -> None:
 def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> nbformat.NotebookNode:
     """Run every cell (as a reader would) in a fresh kernel started at the repo root."""
     # the kernel's environment, the caller's left alone: no progress bars, and figures drawn
-    # inline as a reader's kernel draws them (an inherited MPLBACKEND=Agg would drop every figure)
-    env = dict(os.environ, ATTNKIT_PROGRESS="off",
+    # inline as a reader's kernel draws them (an inherited MPLBACKEND=Agg would drop every figure);
+    # OpenMP threads wait passively: spinning ones stall a 2-thread training on a loaded machine
+    # (about 9 s a step, past the cell timeout), and waiting passively changes no result
+    env = dict(os.environ, ATTNKIT_PROGRESS="off", OMP_WAIT_POLICY="PASSIVE",
                MPLBACKEND="module://matplotlib_inline.backend_inline")
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT)}})
@@ -119,6 +121,21 @@ def missing_figures(nb: nbformat.NotebookNode) -> list[int]:
             and not any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))]
 
 
+def stray_values(nb: nbformat.NotebookNode) -> list[int]:
+    """The code cells that show a bare value (an `execute_result` with only text/plain, such as
+    the value a `glue(...)` call returns when it ends its cell): a page shows no stray values."""
+    return [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            and any(out.get("output_type") == "execute_result" and set(out.get("data", {})) <= {"text/plain"}
+                    for out in cell.get("outputs", []))]
+
+
+def nan_glues(nb: nbformat.NotebookNode) -> list[str]:
+    """The names a page glues as nan: a measurement the build could not make (chapter 05's and
+    06's logit checks glue nan when `transformers`, from requirements-ci.txt, is missing)."""
+    from attnkit.glue import glued
+    return sorted(name for name, text in glued(nb).items() if text.strip().lower() == "nan")
+
+
 def build_page(chapter: str, force: bool = False) -> Path:
     """Write `book/chapters/<chapter>.ipynb` unless an up-to-date one is there."""
     PAGES.mkdir(parents=True, exist_ok=True)
@@ -137,12 +154,71 @@ def build_page(chapter: str, force: bool = False) -> Path:
     if lost := missing_figures(nb):
         raise RuntimeError(f"{chapter}: cells {lost} call plt.show() but the page has no image "
                            "from them (is MPLBACKEND set to a non-inline backend?)")
+    if nans := nan_glues(nb):
+        raise RuntimeError(f"{chapter}: the page glues nan for {nans}: a check it could not run "
+                           "(install the test-only packages: the transformers line of requirements-ci.txt)")
+    if stray := stray_values(nb):
+        raise RuntimeError(f"{chapter}: cells {stray} end with a bare value that the page would show; "
+                           "assign it (`_ = glue(...)`) or end the cell with another statement")
     nb.metadata["course"]["source_hash"] = digest
     badge = _badge_cell(chapter)
     title_at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
     nb.cells.insert(title_at + 1, badge)
     path.write_text(render(nb))
     print(f"{chapter}: executed in {time.monotonic() - started:.0f} s")
+    return path
+
+
+def _code_only(source: str) -> str:
+    """A code cell's source with `_ = ` before a call and all whitespace removed: what it computes."""
+    import re
+    return re.sub(r"\s+", "", re.sub(r"(?m)^_ = ", "", source))
+
+
+def rerender_page(chapter: str, output_text: list[tuple[str, str]] = ()) -> Path:
+    """The committed page with the current solution's text, its outputs kept, without executing.
+
+    For a change of prose, or of code that computes the same thing (`_ = glue(...)` for
+    `glue(...)`, a line broken differently), the outputs stay those of the run the page was built
+    from, on the machine its claims record was made on: float results differ between machines, so
+    re-executing elsewhere would show numbers the record does not hold. A cell added, removed or
+    retyped, or code that computes something else, is refused: re-execute (`course pages NN
+    --force`). `output_text` (OLD, NEW) pairs allow a changed printed text: each OLD is replaced
+    in the stream outputs of the changed code cells, and must be found there."""
+    path = PAGES / f"{chapter}.ipynb"
+    old = nbformat.read(path, as_version=4)
+    badge_at = next(i for i, c in enumerate(old.cells) if c.get("id") == "badges")
+    badge = old.cells.pop(badge_at)
+    new = clear_solutions(read_solution(chapter), keep_outputs=True)
+    if [c.cell_type for c in old.cells] != [c.cell_type for c in new.cells]:
+        raise RuntimeError(f"{chapter}: cells were added, removed or retyped since the page was "
+                           "built: re-execute it (`python -m course pages NN --force`)")
+    unused = dict(output_text)
+    for i, (o, n) in enumerate(zip(old.cells, new.cells)):
+        if o.source == n.source:
+            continue
+        if o.cell_type == "code" and _code_only(o.source) != _code_only(n.source) and not output_text:
+            raise RuntimeError(f"{chapter}: code cell {i} computes something else now: re-execute "
+                               "the page (`python -m course pages NN --force`)")
+        o.source = n.source
+        if o.cell_type == "code":
+            o.outputs = [out for out in o.get("outputs", [])
+                         if not (out.output_type == "execute_result"
+                                 and set(out.get("data", {})) <= {"text/plain"})]
+            for out in o.outputs:
+                for a, b in output_text:
+                    if out.output_type == "stream" and a in out.text:
+                        out.text = out.text.replace(a, b)
+                        unused.pop(a, None)
+    if unused:
+        raise RuntimeError(f"{chapter}: {sorted(unused)} is in no changed cell's output")
+    old.cells.insert(badge_at, badge)
+    old.metadata["course"]["source_hash"] = source_hash(chapter)
+    for check in (stderr_outputs, missing_figures, stray_values, nan_glues):
+        if found := check(old):
+            raise RuntimeError(f"{chapter}: the re-rendered page fails {check.__name__}: {found}")
+    path.write_text(render(old))
+    print(f"{chapter}: re-rendered with its recorded outputs")
     return path
 
 
