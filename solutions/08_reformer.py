@@ -926,8 +926,8 @@ for scale in (2, 3):
 # little by each block. The error grows with each block's amplification:
 # with every weight matrix of these 12 blocks multiplied by 2 after the
 # initialisation, the float32 error is {glue:text}`ch08_inv_err32_x2:.1e`,
-# and by 3, {glue:text}`ch08_inv_err32_x3:.1e`: a blow-up, not rounding,
-# since each block amplifies the error of the blocks after it. So at this
+# and by 3, {glue:text}`ch08_inv_err32_x3:.1e`: each block amplifies the
+# rounding error of the blocks after it. So at this
 # initialisation the recomputed activations, and the gradients, are exact to
 # float precision. A trained network keeps them so only while its blocks
 # stay tame; the layer norms inside $F$ and $G$ of a Reformer help. The
@@ -1402,7 +1402,7 @@ _ = glue("ch08_ff_saved_one_chunk", chunk_mib)
 # earlier key (`full_shared_qk_attention` with the layer's projections).
 # Neither is a model *trained* that way, so each also measures how much the
 # model depends on the windows it was trained with; we come back to this
-# below.
+# for random buckets below.
 
 # %% tags=["skip-grading", "hide-input"]
 from attnkit.train import TrainConfig, train  # noqa: E402
@@ -1799,8 +1799,8 @@ claim("error_falls", "The approximation error falls with every doubling of the r
 # nearness is not built to find. The oracle is a reference point, not a
 # lower bound for LSH attention: with eight rounds and 32 buckets LSH
 # attention gets below it. With the paper's 16 buckets, eight rounds give
-# {glue:text}`ch08_approx_err_b16_8:.3f`. Buckets longer than a chunk play a
-# small part here: the largest bucket in these draws had
+# {glue:text}`ch08_approx_err_b16_8:.3f`. With 32 buckets, buckets longer
+# than a chunk play a small part: the largest bucket in these draws had
 # {glue:text}`ch08_largest_bucket` members (chunks of 64), and, this
 # attention not being causal, a query missed on average
 # {glue:text}`ch08_mates_missed:.3f` of its bucket's members, those that fell
@@ -1808,7 +1808,7 @@ claim("error_falls", "The approximation error falls with every doubling of the r
 #
 # In the variant taught here a query reads every key of its window, and
 # only {glue:text}`ch08_window_same_bucket:.2f` of a window's keys share its
-# bucket (averaged over all draws and rounds). The paper's equation (3)
+# bucket (averaged over the 32-bucket draws and their rounds). The paper's equation (3)
 # masks the others ($m(j, \mathcal{P}_i) = \infty$ for a key outside the
 # query's bucket $\mathcal{P}_i$). The control below keeps only those: in
 # each round a query attends to the keys of its own bucket, wherever they
@@ -2607,8 +2607,8 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 #    exact model: build `ReformerLM(("local",) * 4)`, copy its weights into
 #    it (an exact layer's `qk`, `v` and `out` become a local layer's) and
 #    score the 32 held-out windows again. How much does the exact model
-#    lose when it sees only its last 64 to 127 characters? What does that
-#    tell you about how far back it reads?
+#    lose when each of its layers sees only its last 64 to 127 characters?
+#    What does that tell you about how far back it reads?
 # 10. The committed Reformer's axial grid is $64 \times 32$ with
 #     $d_1 = d_2 = 32$. Count its position parameters and those of a full
 #     table for $L = 2048$, $d = 64$. Positions $p$ and $p + 1$ (in one row)
