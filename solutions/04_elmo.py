@@ -599,7 +599,7 @@ LM_LOG_FREQ = (_counts.float() + 1).log() - (_counts.float() + 1).sum().log()   
 print(f"{len(lm_sents)} sentences, {len(words_vocab)} word types, {len(chars_vocab)} characters, "
       f"word ids {tuple(LM_WORDS.shape)}")
 LM_STEPS = 1000
-PROBE_STEPS = {"pos": 300, "sense": 1000}   # full-batch Adam steps of each probe
+PROBE_STEPS = {"pos": 1000, "sense": 1000}   # full-batch Adam steps of each probe
 
 
 def init_bilm(model: nn.Module, seed: int = 0, proj_scale: float = 15.0) -> None:
@@ -951,7 +951,7 @@ spread({"ch04_lm_loss": "training loss, last 50 steps (nats)",
 #   words of the sentence decide.
 #
 # Every probe: full-batch Adam, learning rate $10^{-2}$, from zero mixing
-# logits and $\gamma = 1$; 300 steps for part of speech, 1000 for the sense;
+# logits and $\gamma = 1$; 1000 steps for each task;
 # accuracy on the held-out sentences. Some sentences give no clue at all, so
 # no probe can read every sense. The best any reader can do is the
 # **Bayes rule**: it knows the generator, computes the exact probability of
@@ -1020,6 +1020,21 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
                         ("learnedmix", "learned mix"))} | {"ch04_sense_bayes": "sense, Bayes rule"},
        digits=1)
 
+# %% tags=["skip-grading", "hide-input"]
+from attnkit.claims import confirmation_runs, load_record, record_runs, seen_runs  # noqa: E402
+
+probe_record = load_record("04_elmo")
+recorded = [r["figures"] for r in record_runs(probe_record) + seen_runs(probe_record)
+            + confirmation_runs(probe_record)] or [run]
+glue("ch04_layer1_runs", len(recorded))
+glue("ch04_layer1_sense_min", min(f["ch04_sense_layer1"] for f in recorded))
+glue("ch04_layer1_sense_max", max(f["ch04_sense_layer1"] for f in recorded))
+glue("ch04_layer1_off_ceiling", sum(f["ch04_sense_layer1"] < f["ch04_sense_bayes"] - 2.5
+                                    for f in recorded))
+glue("ch04_layer1_above_layer2", sum(f["ch04_sense_layer1"] > f["ch04_sense_layer2"]
+                                     for f in recorded))
+_ = glue("ch04_layer1_lead_max", max(f["ch04_sense_layer1"] - f["ch04_sense_layer2"] for f in recorded))
+
 # %% [markdown]
 # **Compared with Peters et al. (2018).** The paper probes its two-layer
 # biLM on real data: part-of-speech tagging is better from the first LSTM
@@ -1038,18 +1053,19 @@ spread({f"ch04_{c}_{k}": f"{label}, {name}" for c, label in
 #   {glue:text}`ch04_sense_only2` are read right by layer 2 alone and
 #   {glue:text}`ch04_sense_only1` by layer 1 alone (a McNemar test gives
 #   $p =$ {glue:text}`ch04_sense_p12:.2g`). In every run of the check layer 2
-#   reads the sense within 2.5 points of the Bayes rule, the ceiling, and
-#   never more than half a point below layer 1. Layer 1 moves much more
-#   from run to run (the range in the table above): in some runs it
-#   reaches the ceiling too, and then the two cannot be told apart. On
-#   data this easy, "layer 2 holds more semantics" is "layer 2 gets within
-#   2.5 points of the ceiling in every run"; exercise 3 asks for data where
-#   the layers need not both get there.
+#   reads the sense within 2.5 points of the Bayes rule, the ceiling.
+#   Layer 1 moves much more: over the {glue:text}`ch04_layer1_runs` recorded
+#   runs it reads {glue:text}`ch04_layer1_sense_min:.1f` to
+#   {glue:text}`ch04_layer1_sense_max:.1f`%, and falls more than 2.5 points
+#   below the ceiling in {glue:text}`ch04_layer1_off_ceiling` of them. Where
+#   both layers reach the ceiling they cannot be told apart (layer 1 is
+#   ahead in {glue:text}`ch04_layer1_above_layer2` runs, by at most
+#   {glue:text}`ch04_layer1_lead_max:.1f` points).
+#   On data this easy, "layer 2 holds more semantics" means "layer 2 gets
+#   within 2.5 points of the ceiling in every run; layer 1 does not".
+#   Exercise 3 asks for data where the layers need not both get there.
 
 # %% tags=["skip-grading", "hide-input"]
-claim("layer2_reads_sense_best", "Layer 2 reads the sense of bank no more than half a point "
-      "below layer 1.",
-      lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_layer1"] - 0.5)
 claim("layer2_near_ceiling", "Layer 2 reads the sense within 2.5 points of the Bayes rule.",
       lambda g: g["ch04_sense_layer2"] >= g["ch04_sense_bayes"] - 2.5)
 
@@ -1059,8 +1075,8 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 
 # %% [markdown]
 # **The learned weights.** The printed weights $\mathrm{softmax}(s)$ are
-# where Adam took the mixing logits from zero (the sense weights in 1000
-# steps; those for part of speech in 300), not a converged quantity, and
+# where Adam took the mixing logits from zero in 1000 steps, not a
+# converged quantity, and
 # they move with the probe's budget: for the sense the weight
 # of layer 2 is {glue:text}`ch04_w300_sense_2:.2f` after 300 steps,
 # {glue:text}`ch04_w_sense_2:.2f` after 1000 and
@@ -1773,7 +1789,7 @@ for name, got in shares.items():
 glue("ch04_real_nn_queries", len(shares["layer 1"]["all"]))
 glue("ch04_real_nn_verbs", n_verb)
 glue("ch04_real_nn_verbs_first", verb_kind["first, then the/a/an"])
-glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
+_ = glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 
 # %% [markdown]
 # The rule reads both readings often enough (10 or more of each) only for
