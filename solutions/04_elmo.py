@@ -1033,7 +1033,8 @@ glue("ch04_layer1_off_ceiling", sum(f["ch04_sense_layer1"] < f["ch04_sense_bayes
                                     for f in recorded))
 glue("ch04_layer1_above_layer2", sum(f["ch04_sense_layer1"] > f["ch04_sense_layer2"]
                                      for f in recorded))
-_ = glue("ch04_layer1_lead_max", max(f["ch04_sense_layer1"] - f["ch04_sense_layer2"] for f in recorded))
+_ = glue("ch04_layer1_lead_max",
+         max(f["ch04_sense_layer1"] - f["ch04_sense_layer2"] for f in recorded))
 
 # %% [markdown]
 # **Compared with Peters et al. (2018).** The paper probes its two-layer
