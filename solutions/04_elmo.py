@@ -142,7 +142,7 @@ _ = torch.manual_seed(0)
 # read only the top layer of a pre-trained language model or translation
 # encoder; ELMo's "deep" is the mix of all layers. The other road,
 # **fine-tuning** the whole pre-trained network on the task (ULMFiT, GPT,
-# BERT), is the subject of chapters 5 and 6.
+# BERT), is the subject of chapters 5 (GPT) and 6 (BERT).
 #
 # ### The token representation
 #
@@ -1097,8 +1097,8 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 # part of norm about {glue:text}`ch04_part_layer0:.1f` in the mix, against
 # {glue:text}`ch04_part_layer2:.1f` for layer 2's weight of
 # {glue:text}`ch04_w_sense_2:.2f`. This mismatch of scales is what the
-# paper's layer normalisation before the mix, and the scale $\gamma$, are
-# for.
+# paper's layer normalisation before the mix is for; the scale $\gamma$
+# multiplies the whole mix, every layer alike.
 # The weights for part of speech carry no information at all: layers 1 and 2
 # both read it at 90% or more, usually near 100%, so the mix's
 # {glue:text}`ch04_posamb_learnedmix:.0f`% on *stick, fish, watch, duck*
@@ -1560,10 +1560,12 @@ plt.show()
 # padded row's first pad, and validation leaves those out.
 #
 # Within the short run's {glue:text}`ch04_real_short_steps:.0f` steps,
-# the starting softmax bias decides whether the biLM learns. The same
+# the starting softmax bias decides how far the biLM gets. The same
 # short run with the softmax bias at 0 (every word equally likely at the
 # start) reaches {glue:text}`ch04_real_flat:.2f` (perplexity
-# {glue:text}`ch04_real_ppl_flat:.0f`). Its token vectors have grown
+# {glue:text}`ch04_real_ppl_flat:.0f`), barely below the unigram model's
+# {glue:text}`ch04_real_unigram:.2f`, where the run with the bias at the
+# log frequencies reaches {glue:text}`ch04_real_short:.2f`. Its token vectors have grown
 # along one shared direction: their mean pairwise cosine is
 # {glue:text}`ch04_real_cos_flat:.5f` and their mean norm
 # {glue:text}`ch04_real_norm_flat:.0f`, against
@@ -1907,8 +1909,8 @@ _ = glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 #   probe's budget too.
 # * On real English (the prose corpus, word-level), this page's longer run
 #   beats a Kneser-Ney bigram model, not a trigram. Within 300 steps it
-#   learns with the softmax bias started at the log word frequencies, and
-#   not with the bias at 0: from a bias at 0 the token vectors grow along
+#   gets well past a unigram model with the softmax bias started at the log
+#   word frequencies, and barely past it with the bias at 0: from a bias at 0 the token vectors grow along
 #   one shared direction. In this run its top layer groups the occurrences
 #   of *set* and *return* by their noun or verb reading, even among neighbours that
 #   differ from the query in the words on both sides; its first layer
