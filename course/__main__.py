@@ -44,7 +44,11 @@ def main(argv: list[str]) -> int:
         if "--keep-outputs" in rest:       # prose changes: the page's recorded outputs stay
             from course.exercises import chapters
             texts = [tuple(a.split("=", 1)[1].split("=>", 1)) for a in rest if a.startswith("--output-text=")]
-            for ch in [c for c in chapters() if any(c.startswith(o) for o in only)]:
+            named = [c for c in chapters() if any(c.startswith(o) for o in only)]
+            if not named:
+                print("pages --keep-outputs: name the chapters (NN or NN_name) to re-render")
+                return 2
+            for ch in named:
                 rerender_page(ch, texts)
             return 0
         build_pages(force="--force" in rest, only=only)

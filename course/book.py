@@ -121,12 +121,16 @@ def missing_figures(nb: nbformat.NotebookNode) -> list[int]:
             and not any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))]
 
 
+def _bare_value(out: dict) -> bool:
+    """An `execute_result` with only text/plain, such as the value a `glue(...)` call returns when
+    it ends its cell (a rich display, an attention view, has HTML too)."""
+    return out.get("output_type") == "execute_result" and set(out.get("data", {})) <= {"text/plain"}
+
+
 def stray_values(nb: nbformat.NotebookNode) -> list[int]:
-    """The code cells that show a bare value (an `execute_result` with only text/plain, such as
-    the value a `glue(...)` call returns when it ends its cell): a page shows no stray values."""
+    """The code cells that show a bare value: a page shows no stray values."""
     return [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-            and any(out.get("output_type") == "execute_result" and set(out.get("data", {})) <= {"text/plain"}
-                    for out in cell.get("outputs", []))]
+            and any(_bare_value(out) for out in cell.get("outputs", []))]
 
 
 def nan_glues(nb: nbformat.NotebookNode) -> list[str]:
@@ -134,6 +138,22 @@ def nan_glues(nb: nbformat.NotebookNode) -> list[str]:
     06's logit checks glue nan when `transformers`, from requirements-ci.txt, is missing)."""
     from attnkit.glue import glued
     return sorted(name for name, text in glued(nb).items() if text.strip().lower() == "nan")
+
+
+def refuse_broken_page(chapter: str, nb: nbformat.NotebookNode) -> None:
+    """Raise when the page would show stderr, lose a figure, glue nan or show a stray value."""
+    if noise := stderr_outputs(nb):
+        raise RuntimeError(f"{chapter}: the page would show stderr output, which the book test "
+                           "rejects; silence it in the solution:\n" + "\n".join(noise))
+    if lost := missing_figures(nb):
+        raise RuntimeError(f"{chapter}: cells {lost} call plt.show() but the page has no image "
+                           "from them (is MPLBACKEND set to a non-inline backend?)")
+    if nans := nan_glues(nb):
+        raise RuntimeError(f"{chapter}: the page glues nan for {nans}: a check it could not run "
+                           "(install the test-only packages: the transformers line of requirements-ci.txt)")
+    if stray := stray_values(nb):
+        raise RuntimeError(f"{chapter}: cells {stray} end with a bare value that the page would show; "
+                           "assign it (`_ = glue(...)`) or end the cell with another statement")
 
 
 def build_page(chapter: str, force: bool = False) -> Path:
@@ -148,18 +168,7 @@ def build_page(chapter: str, force: bool = False) -> Path:
             return path
     started = time.monotonic()
     nb = clear_solutions(execute(read_solution(chapter)), keep_outputs=True)
-    if noise := stderr_outputs(nb):
-        raise RuntimeError(f"{chapter}: the page would show stderr output, which the book test "
-                           "rejects; silence it in the solution:\n" + "\n".join(noise))
-    if lost := missing_figures(nb):
-        raise RuntimeError(f"{chapter}: cells {lost} call plt.show() but the page has no image "
-                           "from them (is MPLBACKEND set to a non-inline backend?)")
-    if nans := nan_glues(nb):
-        raise RuntimeError(f"{chapter}: the page glues nan for {nans}: a check it could not run "
-                           "(install the test-only packages: the transformers line of requirements-ci.txt)")
-    if stray := stray_values(nb):
-        raise RuntimeError(f"{chapter}: cells {stray} end with a bare value that the page would show; "
-                           "assign it (`_ = glue(...)`) or end the cell with another statement")
+    refuse_broken_page(chapter, nb)
     nb.metadata["course"]["source_hash"] = digest
     badge = _badge_cell(chapter)
     title_at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
@@ -183,8 +192,9 @@ def rerender_page(chapter: str, output_text: list[tuple[str, str]] = ()) -> Path
     from, on the machine its claims record was made on: float results differ between machines, so
     re-executing elsewhere would show numbers the record does not hold. A cell added, removed or
     retyped, or code that computes something else, is refused: re-execute (`course pages NN
-    --force`). `output_text` (OLD, NEW) pairs allow a changed printed text: each OLD is replaced
-    in the stream outputs of the changed code cells, and must be found there."""
+    --force`). `output_text` (OLD, NEW) pairs allow a changed printed label: a code cell that
+    computes something else is accepted only where one OLD is in its printed output, and each OLD
+    is replaced by its NEW there."""
     path = PAGES / f"{chapter}.ipynb"
     old = nbformat.read(path, as_version=4)
     badge_at = next(i for i, c in enumerate(old.cells) if c.get("id") == "badges")
@@ -197,14 +207,15 @@ def rerender_page(chapter: str, output_text: list[tuple[str, str]] = ()) -> Path
     for i, (o, n) in enumerate(zip(old.cells, new.cells)):
         if o.source == n.source:
             continue
-        if o.cell_type == "code" and _code_only(o.source) != _code_only(n.source) and not output_text:
+        printed = "".join(out.get("text", "") for out in o.get("outputs", [])
+                          if out.output_type == "stream")
+        if o.cell_type == "code" and _code_only(o.source) != _code_only(n.source) \
+                and not any(a in printed for a, _ in output_text):
             raise RuntimeError(f"{chapter}: code cell {i} computes something else now: re-execute "
                                "the page (`python -m course pages NN --force`)")
         o.source = n.source
         if o.cell_type == "code":
-            o.outputs = [out for out in o.get("outputs", [])
-                         if not (out.output_type == "execute_result"
-                                 and set(out.get("data", {})) <= {"text/plain"})]
+            o.outputs = [out for out in o.get("outputs", []) if not _bare_value(out)]
             for out in o.outputs:
                 for a, b in output_text:
                     if out.output_type == "stream" and a in out.text:
@@ -214,9 +225,7 @@ def rerender_page(chapter: str, output_text: list[tuple[str, str]] = ()) -> Path
         raise RuntimeError(f"{chapter}: {sorted(unused)} is in no changed cell's output")
     old.cells.insert(badge_at, badge)
     old.metadata["course"]["source_hash"] = source_hash(chapter)
-    for check in (stderr_outputs, missing_figures, stray_values, nan_glues):
-        if found := check(old):
-            raise RuntimeError(f"{chapter}: the re-rendered page fails {check.__name__}: {found}")
+    refuse_broken_page(chapter, old)
     path.write_text(render(old))
     print(f"{chapter}: re-rendered with its recorded outputs")
     return path

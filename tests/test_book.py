@@ -91,6 +91,17 @@ def test_rerender_drops_a_silenced_value_and_refuses_new_code(toy_course):
     assert "[1.0, 3.0]" not in page.read_text()     # a refused page is left as it was
 
 
+def test_rerender_changes_a_printed_label_only_where_named(toy_course):
+    page = book.build_page("99_toy")
+    src = toy_course / "solutions" / "99_toy.py"
+    src.write_text(src.read_text().replace("print(double(torch.tensor([1.0, 2.0])))",
+                                           "print('doubled:', double(torch.tensor([1.0, 2.0])))"))
+    with pytest.raises(RuntimeError, match="computes something else"):   # OLD not in its output
+        book.rerender_page("99_toy", [("no such text", "x")])
+    book.rerender_page("99_toy", [("tensor([2., 4.])", "doubled: tensor([2., 4.])")])
+    assert "doubled: tensor([2., 4.])" in page.read_text()
+
+
 @pytest.mark.parametrize("path", sorted((book.PAGES).glob("*.ipynb")), ids=lambda p: p.stem)
 def test_committed_page_shows_its_figures(path):
     """Does every cell of a committed page that calls plt.show() show an image?"""
