@@ -420,9 +420,10 @@ print(torch.equal(states_demo[0, ..., :8], states_demo[0, ..., 8:]))   # True  (
 # (it is not a pad), so it also fixes the state there: the docstring of
 # `BiLM` says that every LSTM runs on over the padding (no packing, no
 # zeroing), and a grader checks the states at the pads. The backward LSTM
-# reads the reversed sentence and then the pads, so its state at the first
-# pad has read the whole sentence, and the target is nearly free (the
-# experiment below measures it). ELMo's own biLM never meets this case:
+# reads the reversed sentence and then the pads. At the first pad it has
+# just read `<s>` and then the pad's own token vector: a context that occurs
+# only there and is always followed by the target `</s>`. So the target is
+# nearly free (the experiment below measures it). ELMo's own biLM never meets this case:
 # it was trained on fixed windows of 20 tokens cut from sentences packed end
 # to end, with the LSTM states carried from one batch to the next, so it
 # saw no padding at all. A `BiLM` that packs its sequences
@@ -904,14 +905,16 @@ plt.show()
 # machine is shared) the mean loss of the last
 # 50 training batches is {glue:text}`ch04_lm_loss:.2f` nats, a perplexity of
 # {glue:text}`ch04_lm_ppl:.1f` (on training text, not held out). On 1000
-# unseen sentences (corpus seed 3) `bilm_loss` gives
+# new sentences from the generator (corpus seed 3; the grammar repeats some
+# short sentences, so a few of them also occur in the training text) `bilm_loss` gives
 # {glue:text}`ch04_held_contract:.2f` nats (perplexity
 # {glue:text}`ch04_held_ppl_contract:.1f`). That figure includes the wart
 # of the contract: {glue:text}`ch04_held_wart_share:.1f`% of the backward
 # targets are a `</s>` predicted from the first padding position, here at a
 # loss of {glue:text}`ch04_held_wart_loss:.4f` (the contract's backward
-# LSTM runs on over the padding, so the state there has read the whole
-# sentence; a `BiLM` that packed its sequences would pay far more). Over real
+# LSTM runs on over the padding, so the state there has just read `<s>` and
+# a pad, a context always followed by `</s>`; a `BiLM` that packed its
+# sequences would pay far more). Over real
 # predicting positions only the loss is {glue:text}`ch04_held_real:.2f`
 # nats, a perplexity of {glue:text}`ch04_held_ppl_real:.1f`. A perplexity
 # is a geometric mean over very different positions: the grammar fixes
@@ -1099,10 +1102,11 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 # {glue:text}`ch04_w_sense_2:.2f`. This mismatch of scales is what the
 # paper's layer normalisation before the mix is for; the scale $\gamma$
 # multiplies the whole mix, every layer alike.
-# The weights for part of speech carry no information at all: layers 1 and 2
-# both read it at 90% or more, usually near 100%, so the mix's
-# {glue:text}`ch04_posamb_learnedmix:.0f`% on *stick, fish, watch, duck*
-# says nothing about its weights.
+# The weights for part of speech say nothing about which layer holds it:
+# layers 1 and 2 both read it at 90% or more, usually near 100%, so many
+# weightings give the mix's {glue:text}`ch04_posamb_learnedmix:.0f`% on
+# *stick, fish, watch, duck*. The ones the probe settles on come from its
+# optimisation, not from what the layers know.
 #
 # A learned mix can beat the top layer alone: Peters et al. find it better
 # than the top layer alone, by less than a point on their tasks (SQuAD
@@ -1283,7 +1287,8 @@ plt.show()
 # English: the course's prose corpus (`corpora.prose`, described in
 # `docs/DATA.md`), the documentation that Python's standard library ships.
 # We cut its paragraphs into sentences where a full stop, a question mark
-# or an exclamation mark is followed by a capital or a quote, split them into
+# or an exclamation mark is followed by a capital, a quote, a backtick or an
+# opening bracket, split them into
 # words and punctuation marks, and lower-case them, and keep the sentences
 # of 5 to 40 tokens.
 #
@@ -1842,7 +1847,7 @@ _ = glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 # options above (the number of mixes, dropout, layer normalisation), and
 # with the biLM frozen by default (`requires_grad=False`), where ours
 # leaves freezing to the task; a task concatenates its output with its own
-# token vectors. AllenNLP's how-to uses dropout 0.5 on ELMo, no layer
+# token vectors. AllenNLP's how-to recommends dropout 0.5 on ELMo, no layer
 # normalisation (`do_layer_norm=False`) and the penalty $\lambda = 0.001$.
 # AllenNLP is in maintenance mode; its support ended on 16 December 2022,
 # and its last release may not install beside a current PyTorch. Not run here, since
@@ -1908,10 +1913,10 @@ _ = glue("ch04_real_nn_words", ", ".join(f"*{w}*" for w in measured))
 #   thread count and the implementation, and the learned weights with the
 #   probe's budget too.
 # * On real English (the prose corpus, word-level), this page's longer run
-#   beats a Kneser-Ney bigram model, not a trigram. Within 300 steps it
-#   gets well past a unigram model with the softmax bias started at the log
+#   beats a Kneser-Ney bigram model, not a trigram. Within 300 steps the
+#   short runs get well past a unigram model with the softmax bias started at the log
 #   word frequencies, and barely past it with the bias at 0: from a bias at 0 the token vectors grow along
-#   one shared direction. In this run its top layer groups the occurrences
+#   one shared direction. In the longer run the top layer groups the occurrences
 #   of *set* and *return* by their noun or verb reading, even among neighbours that
 #   differ from the query in the words on both sides; its first layer
 #   groups them mostly by those words.
