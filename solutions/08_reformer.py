@@ -522,8 +522,8 @@ print(combine_hash_rounds(outs, torch.tensor([[[0.0]], [[math.log(3)]]])))  # 0.
 # %% [markdown]
 # ### LSH attention, composed
 #
-# Hash, then for each round: sort, gather, attend in chunks, scatter back to
-# the original order. The rounds are processed one at a time: under
+# Hash, then for each round: sort, gather, attend in chunks, and unsort
+# (gather with the inverse permutation) back to the original order. The rounds are processed one at a time: under
 # `torch.no_grad()` only one round's chunks exist at once, but under autograd
 # every round's scores and weights are kept for the backward pass, so the
 # training memory grows with the number of rounds (we measure it below).
@@ -1032,7 +1032,8 @@ for fixed in (False, True):
 # count moves, not the attention: hashing `qk` with gradients on saves a
 # small tensor in a branch that is freed before the backward pass, and
 # whether the counter, which tells storages apart by address, counts it
-# depends on which addresses get reused (trax hashes under `stop_gradient`;
+# depends on which addresses get reused (trax wraps the bucket ids in
+# `stop_gradient`;
 # with `qk.detach()` hashed, the count repeats exactly). The
 # approximation figures move with the seed (the two solutions agree to
 # float rounding), not with the thread count; the duplication figures (a training run) move with the
@@ -1194,7 +1195,14 @@ claim("lsh_below_full_8192", "LSH attention first keeps less memory than the wri
 # smaller at every length. Against memory-efficient exact attention, LSH
 # attention does not win on memory. Where it does win is time: the fused
 # kernel still computes all $L^2$ scores, LSH attention only
-# $n_r \cdot L \cdot 2m$ of them (plus an $O(L \log L)$ sort per round). At
+# $n_r \cdot L \cdot 2m$ of them (plus an $O(L \log L)$ sort per round).
+# The hash is not free either. With $2L/m$ buckets, $xR$ has $L/m$ columns,
+# so hashing costs $n_r \cdot L \cdot D \cdot L/m$ multiply-adds, quadratic
+# in $L$: at $L = 8192$ (with $D = m = 64$, as here) as many as the scores. Past
+# a limit (128 buckets in trax, one set from the length in Hugging Face) both
+# libraries factorise the buckets: two hashes into $b_1$ and $b_2$ buckets,
+# $b_1 b_2$ in all, so $xR$ has $(b_1 + b_2)/2$ columns instead of
+# $b_1 b_2 / 2$. This chapter does not. At
 # $L = 8192$ the fused kernel takes {glue:text}`ch08_time_sdpa_over_lsh_8192:.1f`
 # times as long as LSH attention for a forward and backward pass on this
 # CPU (interquartile range of the 5 pairs
@@ -2518,8 +2526,10 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 # The Reformer keeps {glue:text}`ch08_ref_mem_8192:.0f` MiB at $L = 8192$ and
 # the exact model {glue:text}`ch08_ref_mem_sdpa_8192:.0f` MiB: with the fused
 # kernel, exact attention keeps less, as it did for one head in the
-# Experiment section. Reversible layers and chunking help both models alike;
-# LSH attention's rounds cost memory that the fused kernel does not. At
+# Experiment section. Reversible layers help both models alike (chunking, as
+# written here, saves nothing in these counts: the backward pass recomputes
+# the feed-forward on the whole sequence); LSH attention's rounds cost memory
+# that the fused kernel does not. At
 # $L = 2048$ a training step of the exact model takes
 # {glue:text}`ch08_ref_step_ratio:.2f` times as long as the Reformer's (median
 # of 5 interleaved pairs on one thread, interquartile range
@@ -2540,7 +2550,8 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 # * **LSH attention** hashes shared queries/keys with random projections,
 #   sorts by bucket then position, and attends within chunks with one chunk
 #   of look-back: $O(n_r L\,m)$ scores and memory, plus an $O(L \log L)$
-#   sort per round. Rounds are combined with softmax weights of their
+#   sort per round and a hash whose cost grows with $L$ times the number of
+#   buckets. Rounds are combined with softmax weights of their
 #   log-sum-exps; more rounds, smaller error, and more of the sequence seen.
 #   Exact attention with a fused kernel also avoids the $L^2$ memory, and
 #   keeps less than LSH attention at every length measured. On this CPU
@@ -2581,7 +2592,7 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 # | --- | --- | --- |
 # | written out | $L^2$ | $L^2$ |
 # | exact, fused kernel (SDPA) | $L^2$ | $O(L D)$ |
-# | LSH, $n_r$ rounds, chunks of $m$ | $2 n_r L m$, plus $n_r$ sorts, $O(L \log L)$ each | $O(n_r L m)$ |
+# | LSH, $n_r$ rounds, chunks of $m$ | $2 n_r L m$, plus $n_r$ sorts, $O(L \log L)$ each, and the hash's $n_r L D b/2$ products | $O(n_r L m)$ |
 # | local, chunks of $m$ | $2 L m$ | $O(L m)$ |
 #
 # ## Exercises
