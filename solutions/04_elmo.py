@@ -1093,8 +1093,9 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 # count and the implementation. So read no ranking of the layers into them.
 # Nor is a weight a layer's share of the vector: the layers have different
 # scales. The mean norm of the vectors is
-# {glue:text}`ch04_norm_layer0:.1f` at layer 0 (the projection's ×15
-# initialisation) against {glue:text}`ch04_norm_layer1:.1f` and
+# {glue:text}`ch04_norm_layer0:.1f` at layer 0 (a token vector is not
+# bounded, and its projection starts at ×15 scale; an LSTM's state is at
+# most 1 in each coordinate) against {glue:text}`ch04_norm_layer1:.1f` and
 # {glue:text}`ch04_norm_layer2:.1f` at layers 1 and 2 (printed with the
 # table), so layer 0's weight of {glue:text}`ch04_w_sense_0:.2f` gives it a
 # part of norm about {glue:text}`ch04_part_layer0:.1f` in the mix, against
@@ -1431,7 +1432,8 @@ def real_bilm(bilm: nn.Module, steps: int, device: torch.device, batch: int = 32
 # biLM's loss is: a unigram model, and interpolated Kneser-Ney models
 # (discount 0.75) with one and two words of context.
 # They are one untuned configuration: a modified Kneser-Ney trigram, with
-# three discounts tuned on held-out text, should score lower still.
+# three discounts per order (estimated from the counts of counts, or tuned
+# on held-out text), should score lower still.
 
 # %% tags=["skip-grading", "hide-input"]
 _cpu0 = time.process_time()
@@ -1670,8 +1672,8 @@ for word in ("set", "return", "list"):
 
 
 # %% [markdown]
-# Under layer 0 the nearest word types share letters with the word, not
-# its meaning (printed above): the character CNN places words by their
+# Under layer 0 the nearest word types share letters with the word,
+# whether or not they share its meaning (printed above): the character CNN places words by their
 # spelling, and a static vector cannot tell the noun *return* from the
 # verb. Under the LSTM layers every occurrence has its own vector; its
 # nearest occurrences in this run are printed above.
