@@ -1094,8 +1094,8 @@ for j in range(3):   # a layer's part of the mix: its weight times its vectors' 
 # Nor is a weight a layer's share of the vector: the layers have different
 # scales. The mean norm of the vectors is
 # {glue:text}`ch04_norm_layer0:.1f` at layer 0 (a token vector is not
-# bounded, and its projection starts at ×15 scale; an LSTM's state is at
-# most 1 in each coordinate) against {glue:text}`ch04_norm_layer1:.1f` and
+# bounded, and its projection starts at ×15 scale; our LSTMs' outputs,
+# $h = o \odot \tanh c$, are below 1 in each coordinate) against {glue:text}`ch04_norm_layer1:.1f` and
 # {glue:text}`ch04_norm_layer2:.1f` at layers 1 and 2 (printed with the
 # table), so layer 0's weight of {glue:text}`ch04_w_sense_0:.2f` gives it a
 # part of norm about {glue:text}`ch04_part_layer0:.1f` in the mix, against

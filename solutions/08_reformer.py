@@ -2538,8 +2538,8 @@ _ = glue("ch08_ref_step_sdpa_s", full_t.median)
 # Reformer's (interquartile range {glue:text}`ch08_ref_step_ratio_spread:.2f`);
 # the committed trainings (above) used {glue:text}`ch08_doc_reformer_cpu:.0f`
 # CPU-seconds for the Reformer and {glue:text}`ch08_doc_exact_cpu:.0f` for the
-# exact model. The pairs are the better test, since both models run side by
-# side under the same load, but they are one run on one machine and the
+# exact model. The pairs are the better test, since each pair runs back to
+# back, under nearly the same load, but they are one run on one machine and the
 # claims check does not repeat them, so no ranking is claimed. The time saving of LSH
 # attention against the fused kernel is a matter of longer $L$: at 8192 it
 # was faster in every run of the claims check, by a factor that moves too
